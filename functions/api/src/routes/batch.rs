@@ -1,0 +1,73 @@
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::{Value, json};
+use stack_core::model::{BatchDeleteJob, JobError, JobStatus};
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// How long a spawned job runs before leaving the rest to the next runner (the reconciler).
+const JOB_BUDGET: Duration = Duration::from_secs(60);
+
+/// Accepts `{"stack_ids": [...]}`, stores a durable job and starts it in the background.
+pub async fn start(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let value: Value = serde_json::from_slice(&body).map_err(|_| ApiError::invalid_json())?;
+    let ids = match value.get("stack_ids") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| v.as_str().map(str::to_owned).ok_or_else(|| ApiError::bad_request("invalid stack_ids")))
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(ApiError::invalid_json()),
+    };
+    let job = state.stacks.start_batch_delete(&ids).await?;
+    let job_id = job.job_id.clone();
+    let stacks = state.stacks.clone();
+    tokio::spawn(async move {
+        if let Err(err) = stacks.advance_job(job, JOB_BUDGET).await {
+            tracing::warn!(error = %err, "batch delete paused; the reconciler will finish it");
+        }
+    });
+    Ok((StatusCode::ACCEPTED, Json(json!({ "job_id": job_id }))).into_response())
+}
+
+pub async fn get(State(state): State<AppState>, Path(job_id): Path<String>) -> Result<Response, ApiError> {
+    let job = state.stacks.get_job(&job_id).await?;
+    Ok(Json(JobView::from(&job)).into_response())
+}
+
+#[derive(Serialize)]
+struct JobView<'a> {
+    job_id: &'a str,
+    status: JobStatus,
+    total: u32,
+    deleted: u32,
+    not_found: u32,
+    failed: u32,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    errors: &'a [JobError],
+    created_at: jiff::Timestamp,
+    updated_at: jiff::Timestamp,
+}
+
+impl<'a> From<&'a BatchDeleteJob> for JobView<'a> {
+    fn from(job: &'a BatchDeleteJob) -> Self {
+        Self {
+            job_id: &job.job_id,
+            status: job.status,
+            total: job.total,
+            deleted: job.deleted,
+            not_found: job.not_found,
+            failed: job.failed,
+            errors: &job.errors,
+            created_at: job.created_at,
+            updated_at: job.updated_at,
+        }
+    }
+}

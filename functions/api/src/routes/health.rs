@@ -1,0 +1,23 @@
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// `{"status":"ok"}` once DynamoDB and the apiserver both answer.
+pub async fn healthz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let store = state.stacks.store();
+    let cluster = state.stacks.cluster();
+    let (table, apiserver) = tokio::join!(store.ping(), cluster.ping());
+    if let Err(err) = table {
+        tracing::error!(error = %err, "healthz: dynamodb check failed");
+        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "dynamodb unavailable"));
+    }
+    if let Err(err) = apiserver {
+        tracing::error!(error = %err, "healthz: apiserver check failed");
+        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "kubernetes apiserver unavailable"));
+    }
+    Ok(Json(json!({ "status": "ok" })))
+}

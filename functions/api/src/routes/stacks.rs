@@ -1,0 +1,86 @@
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use stack_core::model::{StackId, StackRecord};
+use stack_core::stacks::{CreateOutcome, CreateRequest};
+
+use crate::error::ApiError;
+use crate::request_log::LoggedStackId;
+use crate::state::AppState;
+use crate::wire::{StackView, StatusView, parse_create_body};
+
+/// Longest `Idempotency-Key` accepted.
+const MAX_IDEMPOTENCY_KEY_LEN: usize = 256;
+
+pub async fn create(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
+    let parsed = parse_create_body(&body)?;
+    let idempotency_key = idempotency_key(&headers)?;
+    let request = CreateRequest {
+        manifest: parsed.pod_spec,
+        target_ports: parsed.target_ports,
+        idempotency_key,
+        body_sha256: hex::encode(Sha256::digest(&body)),
+    };
+    let record = match state.stacks.create(request).await? {
+        CreateOutcome::Created(record) | CreateOutcome::Replayed(record) => record,
+    };
+    Ok(stack_response(StatusCode::CREATED, &record))
+}
+
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get("idempotency-key") else { return Ok(None) };
+    let key = value.to_str().map_err(|_| ApiError::bad_request("invalid Idempotency-Key"))?.trim();
+    if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_LEN {
+        return Err(ApiError::bad_request("invalid Idempotency-Key"));
+    }
+    Ok(Some(key.to_owned()))
+}
+
+pub async fn list(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let records = state.stacks.list().await?;
+    let views: Vec<StackView<'_>> = records.iter().map(StackView::from).collect();
+    Ok(Json(json!({ "stacks": views })).into_response())
+}
+
+pub async fn get(State(state): State<AppState>, Path(stack_id): Path<String>) -> Result<Response, ApiError> {
+    let record = state.stacks.get(&parse_id(&stack_id)?).await?;
+    Ok(stack_response(StatusCode::OK, &record))
+}
+
+pub async fn status(State(state): State<AppState>, Path(stack_id): Path<String>) -> Result<Response, ApiError> {
+    let record = state.stacks.get(&parse_id(&stack_id)?).await?;
+    Ok(with_stack_id(Json(StatusView::from(&record)).into_response(), &record))
+}
+
+pub async fn delete(State(state): State<AppState>, Path(stack_id): Path<String>) -> Result<Response, ApiError> {
+    let id = parse_id(&stack_id)?;
+    state.stacks.delete(&id).await?;
+    Ok(Json(json!({ "deleted": true, "stack_id": id })).into_response())
+}
+
+pub async fn renew(State(state): State<AppState>, Path(stack_id): Path<String>) -> Result<Response, ApiError> {
+    let record = state.stacks.renew(&parse_id(&stack_id)?).await?;
+    Ok(stack_response(StatusCode::OK, &record))
+}
+
+pub async fn stats(State(state): State<AppState>) -> Result<Response, ApiError> {
+    Ok(Json(state.stacks.stats().await?).into_response())
+}
+
+/// An id that is not of our form can name no stack.
+fn parse_id(raw: &str) -> Result<StackId, ApiError> {
+    raw.parse().map_err(|_| ApiError::stack_not_found())
+}
+
+fn stack_response(status: StatusCode, record: &StackRecord) -> Response {
+    with_stack_id((status, Json(StackView::from(record))).into_response(), record)
+}
+
+fn with_stack_id(mut response: Response, record: &StackRecord) -> Response {
+    response.extensions_mut().insert(LoggedStackId(record.stack_id.to_string()));
+    response
+}

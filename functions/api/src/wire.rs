@@ -1,0 +1,165 @@
+//! JSON shapes of the contract: the Stack and StatusSummary objects and the create request
+//! in both client generations (v1: `target_port` array; v0: one integer, TCP).
+
+use jiff::Timestamp;
+use serde::Serialize;
+use serde_json::Value;
+use stack_core::model::{PortMapping, Protocol, StackRecord, StackStatus, TargetPort};
+
+use crate::error::ApiError;
+
+#[derive(Debug, Serialize)]
+pub struct StackView<'a> {
+    pub stack_id: &'a str,
+    pub pod_id: &'a str,
+    pub namespace: &'a str,
+    pub node_id: &'a str,
+    pub node_public_ip: Option<&'a str>,
+    pub pod_spec: &'a str,
+    pub ports: &'a [PortMapping],
+    pub service_name: &'a str,
+    pub status: StackStatus,
+    pub ttl_expires_at: Timestamp,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+    pub requested_cpu_milli: i64,
+    pub requested_memory_bytes: i64,
+    /// v0 readers: the first port.
+    pub target_port: Option<u16>,
+    pub node_port: Option<u16>,
+}
+
+impl<'a> From<&'a StackRecord> for StackView<'a> {
+    fn from(r: &'a StackRecord) -> Self {
+        Self {
+            stack_id: r.stack_id.as_str(),
+            pod_id: &r.pod_id,
+            namespace: &r.namespace,
+            node_id: &r.node_id,
+            node_public_ip: r.node_public_ip.as_deref(),
+            pod_spec: &r.pod_spec,
+            ports: &r.ports,
+            service_name: &r.service_name,
+            status: r.status,
+            ttl_expires_at: r.ttl_expires_at,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+            requested_cpu_milli: r.requested_cpu_milli,
+            requested_memory_bytes: r.requested_memory_bytes,
+            target_port: r.ports.first().map(|p| p.container_port),
+            node_port: r.ports.first().map(|p| p.node_port),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct StatusView<'a> {
+    pub stack_id: &'a str,
+    pub status: StackStatus,
+    pub ttl: Timestamp,
+    pub ports: &'a [PortMapping],
+    pub node_public_ip: Option<&'a str>,
+    pub target_port: Option<u16>,
+    pub node_port: Option<u16>,
+}
+
+impl<'a> From<&'a StackRecord> for StatusView<'a> {
+    fn from(r: &'a StackRecord) -> Self {
+        Self {
+            stack_id: r.stack_id.as_str(),
+            status: r.status,
+            ttl: r.ttl_expires_at,
+            ports: &r.ports,
+            node_public_ip: r.node_public_ip.as_deref(),
+            target_port: r.ports.first().map(|p| p.container_port),
+            node_port: r.ports.first().map(|p| p.node_port),
+        }
+    }
+}
+
+/// A parsed create body.
+#[derive(Debug, PartialEq, Eq)]
+pub struct CreateBody {
+    pub pod_spec: String,
+    pub target_ports: Vec<TargetPort>,
+}
+
+/// Parses `{"pod_spec": "<yaml>", "target_port": [...] | <int>}`; unknown fields are ignored.
+pub fn parse_create_body(body: &[u8]) -> Result<CreateBody, ApiError> {
+    let value: Value = serde_json::from_slice(body).map_err(|_| ApiError::invalid_json())?;
+    let object = value.as_object().ok_or_else(ApiError::invalid_json)?;
+    let pod_spec = match object.get("pod_spec") {
+        Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
+        Some(Value::String(_)) | None | Some(Value::Null) => return Err(ApiError::bad_request("invalid pod spec: pod_spec is required")),
+        Some(_) => return Err(ApiError::invalid_json()),
+    };
+    let target_ports = match object.get("target_port") {
+        None | Some(Value::Null) => return Err(ApiError::bad_request("target_port is required")),
+        Some(Value::Number(n)) => vec![TargetPort { container_port: port_number(n.as_i64(), "target_port")?, protocol: Protocol::Tcp }],
+        Some(Value::Array(items)) => items.iter().enumerate().map(|(i, item)| target_port(i, item)).collect::<Result<_, _>>()?,
+        Some(_) => return Err(ApiError::invalid_json()),
+    };
+    Ok(CreateBody { pod_spec, target_ports })
+}
+
+fn target_port(index: usize, item: &Value) -> Result<TargetPort, ApiError> {
+    let object = item.as_object().ok_or_else(ApiError::invalid_json)?;
+    let container_port = match object.get("container_port") {
+        Some(Value::Number(n)) => port_number(n.as_i64(), &format!("target_port[{index}].container_port"))?,
+        None | Some(Value::Null) => return Err(ApiError::bad_request(format!("target_port[{index}].container_port is required"))),
+        Some(_) => return Err(ApiError::invalid_json()),
+    };
+    let protocol = match object.get("protocol") {
+        None | Some(Value::Null) => Protocol::Tcp,
+        Some(Value::String(s)) => Protocol::parse_any_case(s)
+            .ok_or_else(|| ApiError::bad_request(format!("target_port[{index}].protocol must be TCP or UDP")))?,
+        Some(_) => return Err(ApiError::invalid_json()),
+    };
+    Ok(TargetPort { container_port, protocol })
+}
+
+fn port_number(n: Option<i64>, field: &str) -> Result<u16, ApiError> {
+    n.and_then(|n| u16::try_from(n).ok())
+        .filter(|&p| p >= 1)
+        .ok_or_else(|| ApiError::bad_request(format!("{field} must be in 1..65535")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(body: &str) -> Result<CreateBody, String> {
+        parse_create_body(body.as_bytes()).map_err(|e| format!("{} {}", e.status.as_u16(), e.message))
+    }
+
+    #[test]
+    fn both_client_generations_parse() {
+        let v1 = parse(r#"{"pod_spec":"x","target_port":[{"container_port":80,"protocol":"udp"},{"container_port":22}],"extra":1}"#).unwrap();
+        assert_eq!(
+            v1.target_ports,
+            vec![
+                TargetPort { container_port: 80, protocol: Protocol::Udp },
+                TargetPort { container_port: 22, protocol: Protocol::Tcp }
+            ]
+        );
+        let v0 = parse(r#"{"pod_spec":"x","target_port":8080}"#).unwrap();
+        assert_eq!(v0.target_ports, vec![TargetPort { container_port: 8080, protocol: Protocol::Tcp }]);
+    }
+
+    #[test]
+    fn bad_bodies_name_the_problem() {
+        assert_eq!(parse("not json").unwrap_err(), "400 invalid json body");
+        assert_eq!(parse("[]").unwrap_err(), "400 invalid json body");
+        assert_eq!(parse(r#"{"pod_spec":5,"target_port":80}"#).unwrap_err(), "400 invalid json body");
+        assert_eq!(parse(r#"{"pod_spec":"x","target_port":"80"}"#).unwrap_err(), "400 invalid json body");
+        assert_eq!(parse(r#"{"pod_spec":"x","target_port":[{"container_port":"80"}]}"#).unwrap_err(), "400 invalid json body");
+        assert_eq!(parse(r#"{"target_port":80}"#).unwrap_err(), "400 invalid pod spec: pod_spec is required");
+        assert_eq!(parse(r#"{"pod_spec":"x"}"#).unwrap_err(), "400 target_port is required");
+        assert_eq!(parse(r#"{"pod_spec":"x","target_port":70000}"#).unwrap_err(), "400 target_port must be in 1..65535");
+        assert_eq!(parse(r#"{"pod_spec":"x","target_port":0}"#).unwrap_err(), "400 target_port must be in 1..65535");
+        assert_eq!(
+            parse(r#"{"pod_spec":"x","target_port":[{"container_port":80,"protocol":"sctp"}]}"#).unwrap_err(),
+            "400 target_port[0].protocol must be TCP or UDP"
+        );
+    }
+}

@@ -1,0 +1,36 @@
+//! The one place where the Kubernetes client is built.
+
+use std::time::Duration;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use super::ClusterError;
+use crate::config::Config;
+
+/// Per-call limits: an API request must answer well before API Gateway's 29 s, a create
+/// before the clients' 5 s.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Builds the client: EKS token auth when `EKS_CLUSTER_NAME` is set, otherwise the kubeconfig
+/// (`K8S_KUBECONFIG`, else `KUBECONFIG`/`~/.kube/config`) and `K8S_CONTEXT`.
+pub async fn connect(config: &Config, aws: &aws_config::SdkConfig) -> Result<kube::Client, ClusterError> {
+    if let Some(cluster) = &config.eks_cluster_name {
+        // EKS_WIRING: replaced by crate::eks::eks_kube_client once that module lands.
+        let _ = aws;
+        return Err(ClusterError::Setup(format!("EKS cluster {cluster}: EKS auth not wired yet")));
+    }
+    let kubeconfig = match &config.kubeconfig {
+        Some(path) => Kubeconfig::read_from(path),
+        None => Kubeconfig::read(),
+    }
+    .map_err(|e| ClusterError::Setup(format!("reading kubeconfig: {e}")))?;
+    let options = KubeConfigOptions { context: config.kube_context.clone(), ..KubeConfigOptions::default() };
+    let mut client_config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+        .await
+        .map_err(|e| ClusterError::Setup(format!("loading kubeconfig: {e}")))?;
+    client_config.connect_timeout = Some(CONNECT_TIMEOUT);
+    client_config.read_timeout = Some(READ_TIMEOUT);
+    client_config.write_timeout = Some(READ_TIMEOUT);
+    kube::Client::try_from(client_config).map_err(|e| ClusterError::Setup(e.to_string()))
+}

@@ -1,0 +1,110 @@
+use std::collections::HashSet;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("object not found")]
+    NotFound,
+    /// Quota exhausted or no node can take the pod: the caller may retry later.
+    #[error("cluster saturated: {0}")]
+    Saturated(String),
+    /// Admission refused the object (LimitRange, Pod Security, validation): the input is at fault.
+    #[error("{0}")]
+    Rejected(String),
+    #[error("no available nodeport")]
+    NodePortsExhausted,
+    #[error("namespace {0} has no ingress NetworkPolicy")]
+    MissingIngressPolicy(String),
+    #[error("kubernetes {operation} failed: {message}")]
+    Api { operation: &'static str, message: String },
+    #[error("watch failed: {0}")]
+    Watch(String),
+    #[error("kubernetes client setup failed: {0}")]
+    Setup(String),
+}
+
+impl ClusterError {
+    /// Sorts an apiserver error into what the caller must tell its client.
+    pub(crate) fn from_kube(operation: &'static str, err: kube::Error) -> Self {
+        match &err {
+            kube::Error::Api(status) => {
+                let message = status.message.clone();
+                if status.is_not_found() {
+                    ClusterError::NotFound
+                } else if status.is_forbidden() && message.contains("exceeded quota") {
+                    ClusterError::Saturated(message)
+                } else if status.is_forbidden() && message.contains("is forbidden: User") {
+                    // RBAC denial: our configuration, not the caller's input.
+                    ClusterError::Api { operation, message }
+                } else if status.is_forbidden() || status.code == 422 || status.code == 400 {
+                    ClusterError::Rejected(message)
+                } else {
+                    ClusterError::Api { operation, message }
+                }
+            }
+            _ => ClusterError::Api { operation, message: err.to_string() },
+        }
+    }
+}
+
+/// Node ports the apiserver refused as "already allocated" in a service create error.
+pub(crate) fn taken_node_ports(err: &kube::Error) -> Option<HashSet<u16>> {
+    let kube::Error::Api(status) = err else { return None };
+    if status.code != 422 || !status.message.contains("already allocated") {
+        return None;
+    }
+    let from_causes: HashSet<u16> = status
+        .details
+        .iter()
+        .flat_map(|d| d.causes.iter())
+        .filter(|c| c.field.ends_with(".nodePort") && c.message.contains("already allocated"))
+        .filter_map(|c| first_number_after(&c.message, "Invalid value: "))
+        .collect();
+    if !from_causes.is_empty() {
+        return Some(from_causes);
+    }
+    // Fall back to the message: `spec.ports[0].nodePort: Invalid value: 31001: provided port is already allocated`.
+    Some(
+        status
+            .message
+            .split("Invalid value: ")
+            .skip(1)
+            .filter_map(|part| part.split(':').next()?.trim().parse().ok())
+            .collect(),
+    )
+}
+
+fn first_number_after(text: &str, marker: &str) -> Option<u16> {
+    let rest = text.split(marker).nth(1).unwrap_or(text);
+    let digits: String = rest.chars().skip_while(|c| !c.is_ascii_digit()).take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::Status;
+
+    fn api_error(code: u16, message: &str) -> kube::Error {
+        kube::Error::Api(Status::failure(message, "").with_code(code).boxed())
+    }
+
+    #[test]
+    fn admission_errors_are_sorted_for_the_client() {
+        let quota = "pods \"stack-1\" is forbidden: exceeded quota: q, requested: cpu=2, used: cpu=1, limited: cpu=2";
+        assert!(matches!(ClusterError::from_kube("create pod", api_error(403, quota)), ClusterError::Saturated(_)));
+        let limit = "pods \"stack-1\" is forbidden: maximum cpu usage per Container is 1, but limit is 2";
+        assert!(matches!(ClusterError::from_kube("create pod", api_error(403, limit)), ClusterError::Rejected(_)));
+        let rbac = "pods is forbidden: User \"x\" cannot create resource \"pods\"";
+        assert!(matches!(ClusterError::from_kube("create pod", api_error(403, rbac)), ClusterError::Api { .. }));
+        assert!(matches!(ClusterError::from_kube("get pod", api_error(404, "not found")), ClusterError::NotFound));
+        assert!(matches!(ClusterError::from_kube("get pod", api_error(500, "boom")), ClusterError::Api { .. }));
+    }
+
+    #[test]
+    fn taken_ports_are_read_from_the_message() {
+        let msg = "Service \"svc\" is invalid: [spec.ports[0].nodePort: Invalid value: 31001: provided port is already allocated, spec.ports[2].nodePort: Invalid value: 31500: provided port is already allocated]";
+        assert_eq!(taken_node_ports(&api_error(422, msg)), Some(HashSet::from([31001, 31500])));
+        assert_eq!(taken_node_ports(&api_error(422, "spec.ports[0].port: Invalid value")), None);
+        assert_eq!(taken_node_ports(&api_error(409, msg)), None);
+    }
+}

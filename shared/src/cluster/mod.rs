@@ -1,0 +1,217 @@
+//! Kubernetes access: the stack's pod and NodePort service, the namespace's guard rails,
+//! node addresses and label-selected listings. The client is built in one place
+//! ([`connect`]) and shared.
+
+mod client;
+mod error;
+mod namespace;
+mod nodeports;
+mod objects;
+mod observe;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::runtime::wait::await_condition;
+use kube::{Api, Client};
+
+pub use client::connect;
+pub use error::ClusterError;
+pub use namespace::NamespacePolicy;
+pub use objects::stack_service;
+pub use observe::{Scheduling, node_external_ip, observed_status, scheduling_of};
+
+use crate::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, PortMapping, StackId, TargetPort};
+use nodeports::NodePortPicker;
+
+/// How many times a service create is retried when the apiserver says a port is taken.
+const NODEPORT_ATTEMPTS: usize = 8;
+const LIST_PAGE: u32 = 500;
+
+/// Cluster access for one stack namespace; built once per process.
+pub struct Cluster {
+    client: Client,
+    namespace: String,
+    pods: Api<Pod>,
+    services: Api<Service>,
+    nodes: Api<Node>,
+    guard: namespace::NamespaceGuard,
+    ports: NodePortPicker,
+}
+
+impl Cluster {
+    pub fn new(client: Client, namespace: &str, policy: NamespacePolicy, nodeports: (u16, u16)) -> Self {
+        Self {
+            pods: Api::namespaced(client.clone(), namespace),
+            services: Api::namespaced(client.clone(), namespace),
+            nodes: Api::all(client.clone()),
+            guard: namespace::NamespaceGuard::new(client.clone(), namespace, policy),
+            ports: NodePortPicker::new(nodeports.0, nodeports.1),
+            namespace: namespace.to_owned(),
+            client,
+        }
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// Proves the apiserver answers and accepts our credentials.
+    pub async fn ping(&self) -> Result<(), ClusterError> {
+        self.client.apiserver_version().await.map(|_| ()).map_err(|e| ClusterError::from_kube("get version", e))
+    }
+
+    /// Ensures the namespace and its guard rails exist and refuses creation when an ingress
+    /// NetworkPolicy is required but missing.
+    pub async fn prepare_namespace(&self) -> Result<(), ClusterError> {
+        self.guard.ensure().await
+    }
+
+    pub async fn create_pod(&self, pod: &Pod) -> Result<Pod, ClusterError> {
+        self.pods.create(&PostParams::default(), pod).await.map_err(|e| ClusterError::from_kube("create pod", e))
+    }
+
+    /// Creates the stack's NodePort service, owned by `pod`, choosing free node ports in the
+    /// configured range; the apiserver's allocator has the final word.
+    pub async fn create_service(&self, id: &StackId, targets: &[TargetPort], pod: &Pod) -> Result<Vec<PortMapping>, ClusterError> {
+        if self.ports.is_stale() {
+            self.refresh_used_ports().await?;
+        }
+        let mut rejected = HashSet::new();
+        for attempt in 0..NODEPORT_ATTEMPTS {
+            let Some(node_ports) = self.ports.pick(targets.len(), &rejected) else {
+                if attempt == 0 {
+                    // Our view may be old: look again before declaring the range full.
+                    self.refresh_used_ports().await?;
+                    continue;
+                }
+                return Err(ClusterError::NodePortsExhausted);
+            };
+            let mappings: Vec<PortMapping> = targets
+                .iter()
+                .zip(&node_ports)
+                .map(|(t, &node_port)| PortMapping { container_port: t.container_port, protocol: t.protocol, node_port })
+                .collect();
+            let service = stack_service(id, &self.namespace, &mappings, pod)?;
+            match self.services.create(&PostParams::default(), &service).await {
+                Ok(_) => {
+                    self.ports.mark_used(node_ports.iter().copied());
+                    return Ok(mappings);
+                }
+                Err(err) => match error::taken_node_ports(&err) {
+                    Some(taken) if !taken.is_empty() => {
+                        tracing::debug!(?taken, attempt, "node ports already allocated, retrying");
+                        self.ports.mark_used(taken.iter().copied());
+                        rejected.extend(taken);
+                    }
+                    _ => return Err(ClusterError::from_kube("create service", err)),
+                },
+            }
+        }
+        Err(ClusterError::NodePortsExhausted)
+    }
+
+    async fn refresh_used_ports(&self) -> Result<(), ClusterError> {
+        let services = self.list_stack_services().await?;
+        self.ports.replace_used(services.iter().flat_map(objects::node_ports_of));
+        Ok(())
+    }
+
+    /// Waits (watching, not polling) until the scheduler binds the pod or gives up on it,
+    /// at most `budget`.
+    pub async fn wait_scheduled(&self, name: &str, budget: Duration) -> Result<Scheduling, ClusterError> {
+        let decided = |pod: Option<&Pod>| pod.is_none_or(|p| !matches!(scheduling_of(p), Scheduling::Pending));
+        match tokio::time::timeout(budget, await_condition(self.pods.clone(), name, decided)).await {
+            Err(_elapsed) => Ok(Scheduling::Pending),
+            Ok(Err(err)) => Err(ClusterError::Watch(err.to_string())),
+            Ok(Ok(None)) => Err(ClusterError::NotFound),
+            Ok(Ok(Some(pod))) => Ok(scheduling_of(&pod)),
+        }
+    }
+
+    pub async fn get_pod(&self, name: &str) -> Result<Option<Pod>, ClusterError> {
+        self.pods.get_opt(name).await.map_err(|e| ClusterError::from_kube("get pod", e))
+    }
+
+    pub async fn get_service(&self, name: &str) -> Result<Option<Service>, ClusterError> {
+        self.services.get_opt(name).await.map_err(|e| ClusterError::from_kube("get service", e))
+    }
+
+    pub async fn get_node(&self, name: &str) -> Result<Option<Node>, ClusterError> {
+        self.nodes.get_opt(name).await.map_err(|e| ClusterError::from_kube("get node", e))
+    }
+
+    /// Deletes the stack's service and pod; objects already gone count as deleted.
+    /// Pods go without a grace period: stack pods hold no state, and an immediate removal
+    /// frees the node ports and quota now rather than half a minute later.
+    pub async fn delete_stack_objects(&self, id: &StackId) -> Result<(), ClusterError> {
+        let (service_name, pod_name) = (id.service_name(), id.pod_name());
+        let (service, pod) = tokio::join!(self.delete_service(&service_name), self.delete_pod(&pod_name));
+        service.and(pod)
+    }
+
+    pub async fn delete_service(&self, name: &str) -> Result<(), ClusterError> {
+        match self.services.delete(name, &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(err) if is_not_found(&err) => Ok(()),
+            Err(err) => Err(ClusterError::from_kube("delete service", err)),
+        }
+    }
+
+    pub async fn delete_pod(&self, name: &str) -> Result<(), ClusterError> {
+        match self.pods.delete(name, &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::background() }).await {
+            Ok(_) => Ok(()),
+            Err(err) if is_not_found(&err) => Ok(()),
+            Err(err) => Err(ClusterError::from_kube("delete pod", err)),
+        }
+    }
+
+    /// Forgets node ports of deleted services so that they can be picked again at once.
+    pub fn release_node_ports(&self, ports: &[PortMapping]) {
+        self.ports.mark_free(ports.iter().map(|p| p.node_port));
+    }
+
+    /// Pods carrying our managed-by label (paginated list calls).
+    pub async fn list_stack_pods(&self) -> Result<Vec<Pod>, ClusterError> {
+        list_all(&self.pods, &managed_selector()).await
+    }
+
+    /// Services carrying our managed-by label (paginated list calls).
+    pub async fn list_stack_services(&self) -> Result<Vec<Service>, ClusterError> {
+        list_all(&self.services, &managed_selector()).await
+    }
+
+    pub async fn list_nodes(&self) -> Result<Vec<Node>, ClusterError> {
+        list_all(&self.nodes, &ListParams::default()).await
+    }
+}
+
+fn managed_selector() -> ListParams {
+    ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"))
+}
+
+async fn list_all<K>(api: &Api<K>, params: &ListParams) -> Result<Vec<K>, ClusterError>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut items = Vec::new();
+    let mut params = params.clone().limit(LIST_PAGE);
+    loop {
+        let page = api.list(&params).await.map_err(|e| ClusterError::from_kube("list", e))?;
+        items.extend(page.items);
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => return Ok(items),
+        }
+    }
+}
+
+pub(crate) fn is_not_found(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(status) if status.is_not_found())
+}

@@ -1,0 +1,105 @@
+//! Reading a stack's state from its cluster objects (pure).
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+use crate::model::StackStatus;
+
+/// Where the scheduler stands with a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scheduling {
+    /// Bound to this node.
+    Scheduled(String),
+    /// The scheduler found no node; its message says why.
+    Unschedulable(String),
+    /// No decision yet.
+    Pending,
+}
+
+pub fn scheduling_of(pod: &Pod) -> Scheduling {
+    if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty()) {
+        return Scheduling::Scheduled(node);
+    }
+    let unschedulable = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable"));
+    match unschedulable {
+        Some(c) => Scheduling::Unschedulable(c.message.clone().unwrap_or_else(|| "no node can take the pod".into())),
+        None => Scheduling::Pending,
+    }
+}
+
+/// The stack status a pod's phase means.
+pub fn observed_status(pod: &Pod) -> StackStatus {
+    match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
+        Some("Running") => StackStatus::Running,
+        Some("Succeeded") => StackStatus::Stopped,
+        Some("Failed") => StackStatus::Failed,
+        _ => StackStatus::Creating,
+    }
+}
+
+/// The node's first `ExternalIP` address.
+pub fn node_external_ip(node: &Node) -> Option<String> {
+    node.status
+        .as_ref()?
+        .addresses
+        .as_ref()?
+        .iter()
+        .find(|a| a.type_ == "ExternalIP" && !a.address.is_empty())
+        .map(|a| a.address.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{NodeAddress, NodeStatus, PodCondition, PodSpec, PodStatus};
+
+    fn pod(node: Option<&str>, phase: Option<&str>, conditions: Vec<PodCondition>) -> Pod {
+        Pod {
+            spec: Some(PodSpec { node_name: node.map(Into::into), ..PodSpec::default() }),
+            status: Some(PodStatus { phase: phase.map(Into::into), conditions: Some(conditions), ..PodStatus::default() }),
+            ..Pod::default()
+        }
+    }
+
+    #[test]
+    fn scheduling_decisions() {
+        assert_eq!(scheduling_of(&pod(Some("n1"), None, vec![])), Scheduling::Scheduled("n1".into()));
+        assert_eq!(scheduling_of(&pod(None, Some("Pending"), vec![])), Scheduling::Pending);
+        let refused = PodCondition {
+            type_: "PodScheduled".into(),
+            status: "False".into(),
+            reason: Some("Unschedulable".into()),
+            message: Some("0/3 nodes are available".into()),
+            ..PodCondition::default()
+        };
+        assert_eq!(scheduling_of(&pod(None, Some("Pending"), vec![refused])), Scheduling::Unschedulable("0/3 nodes are available".into()));
+    }
+
+    #[test]
+    fn phases_map_to_statuses() {
+        assert_eq!(observed_status(&pod(None, Some("Pending"), vec![])), StackStatus::Creating);
+        assert_eq!(observed_status(&pod(None, Some("Running"), vec![])), StackStatus::Running);
+        assert_eq!(observed_status(&pod(None, Some("Succeeded"), vec![])), StackStatus::Stopped);
+        assert_eq!(observed_status(&pod(None, Some("Failed"), vec![])), StackStatus::Failed);
+        assert_eq!(observed_status(&Pod::default()), StackStatus::Creating);
+    }
+
+    #[test]
+    fn first_external_ip_wins() {
+        let address = |t: &str, a: &str| NodeAddress { type_: t.into(), address: a.into() };
+        let node = Node {
+            status: Some(NodeStatus {
+                addresses: Some(vec![address("InternalIP", "10.0.0.1"), address("ExternalIP", "203.0.113.7"), address("ExternalIP", "203.0.113.8")]),
+                ..NodeStatus::default()
+            }),
+            ..Node::default()
+        };
+        assert_eq!(node_external_ip(&node).as_deref(), Some("203.0.113.7"));
+        assert_eq!(node_external_ip(&Node::default()), None);
+    }
+}

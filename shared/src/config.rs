@@ -1,0 +1,304 @@
+//! Typed configuration from environment variables, parsed once at init.
+//!
+//! Names and defaults follow the contract page; every bad variable is reported in one error.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Everything both functions read from the environment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub namespace: String,
+    pub ttl: Duration,
+    pub max_lifetime: Duration,
+    pub nodeport_min: u16,
+    pub nodeport_max: u16,
+    pub node_role: String,
+    pub scheduling_timeout: Duration,
+    /// How long a create waits for the scheduler before answering `creating`.
+    pub create_wait: Duration,
+    pub require_ingress_network_policy: bool,
+    pub deny_egress_cidrs: Vec<String>,
+    pub max_cpu_milli: Option<i64>,
+    pub max_memory_bytes: Option<i64>,
+    pub ephemeral_storage_limit: String,
+    pub image_allowlist: Vec<String>,
+    pub table: String,
+    pub consistent_read: bool,
+    pub kubeconfig: Option<String>,
+    pub kube_context: Option<String>,
+    pub eks_cluster_name: Option<String>,
+    pub kube_qps: f32,
+    pub kube_burst: u32,
+    pub api_key: Option<String>,
+    pub listen_addr: SocketAddr,
+    pub orphan_grace: Duration,
+    pub reap_terminated: bool,
+    pub reconcile_concurrency: usize,
+}
+
+/// Start-up failure naming every bad variable.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("invalid configuration: {}", .problems.join("; "))]
+pub struct ConfigError {
+    pub problems: Vec<String>,
+}
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Reads variables through `lookup`; blank values count as unset.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut env = Reader { lookup: &lookup, problems: Vec::new() };
+        let api_key_enabled = env.parse("API_KEY_ENABLED", true, parse_bool);
+        let api_key = env.string("API_KEY");
+        if api_key_enabled && api_key.is_none() {
+            env.problems.push("API_KEY: required when API_KEY_ENABLED is true".into());
+        }
+        let config = Config {
+            namespace: env.string("STACK_NAMESPACE").unwrap_or_else(|| "stacks".into()),
+            ttl: env.parse("STACK_TTL", Duration::from_secs(2 * 3600), parse_duration),
+            max_lifetime: env.parse("STACK_MAX_LIFETIME", Duration::from_secs(8 * 3600), parse_duration),
+            nodeport_min: env.parse("STACK_NODEPORT_MIN", 31001, parse_num),
+            nodeport_max: env.parse("STACK_NODEPORT_MAX", 32767, parse_num),
+            node_role: env.string("STACK_NODE_ROLE").unwrap_or_else(|| "stack".into()),
+            scheduling_timeout: env.parse("STACK_SCHEDULING_TIMEOUT", Duration::from_secs(20), parse_duration),
+            create_wait: env.parse("STACK_CREATE_WAIT", Duration::from_millis(2000), parse_duration),
+            require_ingress_network_policy: env.parse("STACK_REQUIRE_INGRESS_NETWORK_POLICY", true, parse_bool),
+            deny_egress_cidrs: env.parse("STACK_DENY_EGRESS_CIDRS", Vec::new(), parse_cidrs),
+            max_cpu_milli: env.parse_opt("STACK_MAX_CPU_MILLI", parse_positive),
+            max_memory_bytes: env.parse_opt("STACK_MAX_MEMORY_BYTES", parse_positive),
+            ephemeral_storage_limit: env.string("STACK_EPHEMERAL_STORAGE_LIMIT").unwrap_or_else(|| "1Gi".into()),
+            image_allowlist: env.string("STACK_IMAGE_ALLOWLIST").map(|v| split_list(&v)).unwrap_or_default(),
+            table: env.string("DDB_STACK_TABLE").unwrap_or_else(|| "stacks".into()),
+            consistent_read: env.parse("DDB_CONSISTENT_READ", true, parse_bool),
+            kubeconfig: env.string("K8S_KUBECONFIG"),
+            kube_context: env.string("K8S_CONTEXT"),
+            eks_cluster_name: env.string("EKS_CLUSTER_NAME"),
+            kube_qps: env.parse("K8S_CLIENT_QPS", 50.0, parse_positive_f32),
+            kube_burst: env.parse("K8S_CLIENT_BURST", 100, parse_num),
+            api_key: api_key.filter(|_| api_key_enabled),
+            listen_addr: env.parse("LISTEN_ADDR", SocketAddr::from(([127, 0, 0, 1], 8081)), |v| {
+                v.parse().map_err(|_| "expected host:port".to_string())
+            }),
+            orphan_grace: env.parse("STACK_ORPHAN_GRACE", Duration::from_secs(120), parse_duration),
+            reap_terminated: env.parse("STACK_REAP_TERMINATED", false, parse_bool),
+            reconcile_concurrency: env.parse("RECONCILE_CONCURRENCY", 16, |v| {
+                parse_num::<usize>(v).and_then(|n| if n == 0 { Err("must be at least 1".into()) } else { Ok(n) })
+            }),
+        };
+        let mut problems = env.problems;
+        problems.extend(config.cross_checks());
+        if problems.is_empty() { Ok(config) } else { Err(ConfigError { problems }) }
+    }
+
+    fn cross_checks(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.nodeport_min > self.nodeport_max {
+            problems.push("STACK_NODEPORT_MIN: must not exceed STACK_NODEPORT_MAX".into());
+        }
+        if self.nodeport_min < 1 {
+            problems.push("STACK_NODEPORT_MIN: must be at least 1".into());
+        }
+        if self.ttl.is_zero() {
+            problems.push("STACK_TTL: must be positive".into());
+        }
+        if self.ttl > self.max_lifetime {
+            problems.push("STACK_TTL: must not exceed STACK_MAX_LIFETIME".into());
+        }
+        if self.namespace.len() > 63 || !is_dns_label(&self.namespace) {
+            problems.push("STACK_NAMESPACE: must be a DNS label".into());
+        }
+        problems
+    }
+
+    /// Number of node ports in the configured range.
+    pub fn nodeport_count(&self) -> u32 {
+        u32::from(self.nodeport_max) - u32::from(self.nodeport_min) + 1
+    }
+}
+
+struct Reader<'a, F: Fn(&str) -> Option<String>> {
+    lookup: &'a F,
+    problems: Vec<String>,
+}
+
+impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
+    fn string(&self, name: &str) -> Option<String> {
+        (self.lookup)(name).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
+    }
+
+    fn parse<T>(&mut self, name: &str, default: T, parse: impl Fn(&str) -> Result<T, String>) -> T {
+        self.parse_opt(name, parse).unwrap_or(default)
+    }
+
+    fn parse_opt<T>(&mut self, name: &str, parse: impl Fn(&str) -> Result<T, String>) -> Option<T> {
+        let raw = self.string(name)?;
+        match parse(&raw) {
+            Ok(v) => Some(v),
+            Err(why) => {
+                self.problems.push(format!("{name}: {why} (got {raw:?})"));
+                None
+            }
+        }
+    }
+}
+
+fn parse_bool(v: &str) -> Result<bool, String> {
+    match v.to_ascii_lowercase().as_str() {
+        "1" | "t" | "true" | "yes" | "on" => Ok(true),
+        "0" | "f" | "false" | "no" | "off" => Ok(false),
+        _ => Err("expected true or false".into()),
+    }
+}
+
+fn parse_num<T: std::str::FromStr>(v: &str) -> Result<T, String> {
+    v.parse().map_err(|_| "expected a whole number in range".to_string())
+}
+
+fn parse_positive(v: &str) -> Result<i64, String> {
+    match v.parse::<i64>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err("expected a positive whole number".into()),
+    }
+}
+
+fn parse_positive_f32(v: &str) -> Result<f32, String> {
+    match v.parse::<f32>() {
+        Ok(n) if n.is_finite() && n > 0.0 => Ok(n),
+        _ => Err("expected a positive number".into()),
+    }
+}
+
+/// Go-style durations: `90s`, `2h`, `1h30m`, `500ms`, `1.5h`.
+pub fn parse_duration(v: &str) -> Result<Duration, String> {
+    const BAD: &str = "expected a duration like 90s, 2h or 1h30m";
+    let mut total = 0f64;
+    let mut rest = v.trim();
+    if rest.is_empty() {
+        return Err(BAD.into());
+    }
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
+    while !rest.is_empty() {
+        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or(BAD)?;
+        let (num, tail) = rest.split_at(num_len);
+        let value: f64 = num.parse().map_err(|_| BAD)?;
+        let unit_len = tail.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let scale = match unit {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(BAD.into()),
+        };
+        total += value * scale;
+        rest = tail;
+    }
+    Duration::try_from_secs_f64(total).map_err(|_| BAD.into())
+}
+
+fn split_list(v: &str) -> Vec<String> {
+    v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
+}
+
+fn parse_cidrs(v: &str) -> Result<Vec<String>, String> {
+    let cidrs = split_list(v);
+    for cidr in &cidrs {
+        let (addr, len) = cidr.split_once('/').ok_or_else(|| format!("{cidr} is not a CIDR"))?;
+        let max = match addr.parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V4(_)) => 32,
+            Ok(std::net::IpAddr::V6(_)) => 128,
+            Err(_) => return Err(format!("{cidr} is not a CIDR")),
+        };
+        if !len.parse::<u8>().is_ok_and(|l| l <= max) {
+            return Err(format!("{cidr} is not a CIDR"));
+        }
+    }
+    Ok(cidrs)
+}
+
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn config(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_lookup(|name| map.get(name).cloned())
+    }
+
+    #[test]
+    fn defaults_follow_the_contract() {
+        let c = config(&[("API_KEY", "k")]).unwrap();
+        assert_eq!(c.namespace, "stacks");
+        assert_eq!(c.ttl, Duration::from_secs(7200));
+        assert_eq!(c.max_lifetime, Duration::from_secs(8 * 3600));
+        assert_eq!((c.nodeport_min, c.nodeport_max), (31001, 32767));
+        assert_eq!(c.node_role, "stack");
+        assert_eq!(c.scheduling_timeout, Duration::from_secs(20));
+        assert!(c.require_ingress_network_policy);
+        assert!(c.consistent_read);
+        assert_eq!(c.api_key.as_deref(), Some("k"));
+        assert_eq!(c.listen_addr.to_string(), "127.0.0.1:8081");
+        assert_eq!(c.orphan_grace, Duration::from_secs(120));
+        assert_eq!(c.reconcile_concurrency, 16);
+        assert_eq!(c.ephemeral_storage_limit, "1Gi");
+    }
+
+    #[test]
+    fn every_bad_variable_is_listed_at_once() {
+        let err = config(&[
+            ("STACK_TTL", "forever"),
+            ("STACK_NODEPORT_MIN", "70000"),
+            ("DDB_CONSISTENT_READ", "maybe"),
+            ("STACK_DENY_EGRESS_CIDRS", "10.0.0.0/8, nonsense"),
+        ])
+        .unwrap_err();
+        let text = err.to_string();
+        for name in ["STACK_TTL", "STACK_NODEPORT_MIN", "DDB_CONSISTENT_READ", "STACK_DENY_EGRESS_CIDRS", "API_KEY"] {
+            assert!(text.contains(name), "{name} missing from {text}");
+        }
+        assert_eq!(err.problems.len(), 5);
+    }
+
+    #[test]
+    fn api_key_not_needed_when_disabled() {
+        let c = config(&[("API_KEY_ENABLED", "false"), ("API_KEY", "ignored")]).unwrap();
+        assert_eq!(c.api_key, None);
+    }
+
+    #[test]
+    fn cross_field_rules() {
+        let err = config(&[("API_KEY", "k"), ("STACK_NODEPORT_MIN", "32000"), ("STACK_NODEPORT_MAX", "31000"), ("STACK_TTL", "9h")])
+            .unwrap_err();
+        assert_eq!(err.problems.len(), 2, "{err}");
+    }
+
+    #[test]
+    fn go_style_durations() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        for bad in ["", "h", "10", "10x", "-5s", "1h 30m"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+}

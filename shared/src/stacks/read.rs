@@ -1,0 +1,118 @@
+//! Reads, refreshed from the cluster. A read writes to DynamoDB only when something changed,
+//! and removes stacks that turned out to be gone (they then answer 404).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use futures::stream::{self, StreamExt};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use serde::Serialize;
+
+use super::{Assessment, StackError, StackObjects, Stacks, assess};
+use crate::model::{STACK_ID_LABEL, StackId, StackRecord};
+use crate::store::{ObservedState, StoreError};
+
+/// How many gone stacks a list removes at once.
+const REMOVAL_CONCURRENCY: usize = 8;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Stats {
+    pub total_stacks: usize,
+    pub active_stacks: usize,
+    pub node_distribution: BTreeMap<String, usize>,
+    pub used_node_ports: usize,
+    pub reserved_cpu_milli: i64,
+    pub reserved_memory_bytes: i64,
+}
+
+impl Stats {
+    pub fn of(records: &[StackRecord]) -> Self {
+        let active: Vec<&StackRecord> = records.iter().filter(|r| r.status.is_active()).collect();
+        let mut node_distribution = BTreeMap::new();
+        for record in records.iter().filter(|r| !r.node_id.is_empty()) {
+            *node_distribution.entry(record.node_id.clone()).or_insert(0) += 1;
+        }
+        Stats {
+            total_stacks: records.len(),
+            active_stacks: active.len(),
+            node_distribution,
+            used_node_ports: records.iter().map(|r| r.ports.len()).sum(),
+            reserved_cpu_milli: active.iter().map(|r| r.requested_cpu_milli).sum(),
+            reserved_memory_bytes: active.iter().map(|r| r.requested_memory_bytes).sum(),
+        }
+    }
+}
+
+impl Stacks {
+    /// One stack, refreshed: 1 DynamoDB read (+1 write if changed), at most 3 cluster reads.
+    pub async fn get(&self, id: &StackId) -> Result<StackRecord, StackError> {
+        let record = self.store.get_stack(id).await?.ok_or(StackError::NotFound)?;
+        let (pod, service) =
+            tokio::try_join!(self.cluster.get_pod(&record.pod_id), self.cluster.get_service(&record.service_name))?;
+        let node_name = pod.as_ref().and_then(|p| p.spec.as_ref()?.node_name.clone());
+        let node = match node_name {
+            Some(name) => self.cluster.get_node(&name).await?,
+            None => None,
+        };
+        let objects = StackObjects { pod: pod.as_ref(), service_exists: service.is_some(), node: node.as_ref() };
+        self.settle(record, objects, Timestamp::now()).await?.ok_or(StackError::NotFound)
+    }
+
+    /// Every stack, oldest first, refreshed with a constant number of cluster calls.
+    pub async fn list(&self) -> Result<Vec<StackRecord>, StackError> {
+        let (records, pods, services, nodes) = tokio::try_join!(
+            async { self.store.list_stacks().await.map_err(StackError::from) },
+            async { self.cluster.list_stack_pods().await.map_err(StackError::from) },
+            async { self.cluster.list_stack_services().await.map_err(StackError::from) },
+            async { self.cluster.list_nodes().await.map_err(StackError::from) },
+        )?;
+        let pods: HashMap<&str, &Pod> = pods.iter().filter_map(|p| Some((stack_label(&p.metadata)?, p))).collect();
+        let services: HashSet<&str> = services.iter().filter_map(|s| stack_label(&s.metadata)).collect();
+        let nodes: HashMap<&str, &Node> = nodes.iter().filter_map(|n| Some((n.metadata.name.as_deref()?, n))).collect();
+        let now = Timestamp::now();
+        let settled: Vec<Result<Option<StackRecord>, StackError>> = stream::iter(records)
+            .map(|record| {
+                let pod = pods.get(record.stack_id.as_str()).copied();
+                let node = pod.and_then(|p| p.spec.as_ref()?.node_name.as_deref()).and_then(|n| nodes.get(n).copied());
+                let objects = StackObjects { pod, service_exists: services.contains(record.stack_id.as_str()), node };
+                self.settle(record, objects, now)
+            })
+            .buffered(REMOVAL_CONCURRENCY)
+            .collect()
+            .await;
+        settled.into_iter().filter_map(Result::transpose).collect()
+    }
+
+    pub async fn stats(&self) -> Result<Stats, StackError> {
+        Ok(Stats::of(&self.list().await?))
+    }
+
+    /// Brings the record in line with what the cluster shows: `None` if the stack is gone
+    /// (its remains are removed), else the record, written back only if it changed.
+    async fn settle(&self, mut record: StackRecord, objects: StackObjects<'_>, now: Timestamp) -> Result<Option<StackRecord>, StackError> {
+        match assess(&record, objects, now, self.config.scheduling_timeout) {
+            Assessment::Gone(reason) => {
+                tracing::info!(stack_id = %record.stack_id, ?reason, "stack is gone, removing its remains");
+                self.remove(&record).await?;
+                Ok(None)
+            }
+            Assessment::Alive(observed) if observed == ObservedState::of(&record) => Ok(Some(record)),
+            Assessment::Alive(observed) => match self.store.update_observed(&record.stack_id, &observed, now).await {
+                Ok(()) => {
+                    record.status = observed.status;
+                    record.node_id = observed.node_id;
+                    record.node_public_ip = observed.node_public_ip;
+                    record.updated_at = now;
+                    Ok(Some(record))
+                }
+                // Deleted meanwhile.
+                Err(StoreError::ConditionFailed) => Ok(None),
+                Err(err) => Err(err.into()),
+            },
+        }
+    }
+}
+
+fn stack_label(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<&str> {
+    meta.labels.as_ref()?.get(STACK_ID_LABEL).map(String::as_str)
+}

@@ -1,0 +1,121 @@
+//! Idempotency keys: pk=`IDEM`, sk=key. A claim binds a key to a request body hash and the
+//! stack id the first request is creating; it expires with the stack's lifetime.
+
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use super::item::{Item, PK, from_item, key, s, to_item};
+use super::{Store, StoreError};
+use crate::model::StackId;
+
+const IDEM_PK: &str = "IDEM";
+
+pub(crate) fn key_of(idempotency_key: &str) -> Item {
+    key(IDEM_PK, idempotency_key)
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdempotencyClaim {
+    pub body_sha256: String,
+    pub stack_id: StackId,
+    pub claimed_at: Timestamp,
+}
+
+impl Store {
+    /// Claims `key` for `claim`. Returns `None` when this request now owns the key, or the
+    /// claim already holding it (read in the same call).
+    pub async fn claim_idempotency_key(
+        &self,
+        idempotency_key: &str,
+        claim: &IdempotencyClaim,
+        expires_at: Timestamp,
+    ) -> Result<Option<IdempotencyClaim>, StoreError> {
+        self.put_claim(idempotency_key, claim, expires_at, None).await
+    }
+
+    /// Takes over a key whose previous claim was abandoned (its create died before writing
+    /// the stack record): succeeds only if the key still holds `abandoned`.
+    pub async fn take_over_idempotency_key(
+        &self,
+        idempotency_key: &str,
+        abandoned: &IdempotencyClaim,
+        claim: &IdempotencyClaim,
+        expires_at: Timestamp,
+    ) -> Result<Option<IdempotencyClaim>, StoreError> {
+        self.put_claim(idempotency_key, claim, expires_at, Some(&abandoned.stack_id)).await
+    }
+
+    async fn put_claim(
+        &self,
+        idempotency_key: &str,
+        claim: &IdempotencyClaim,
+        expires_at: Timestamp,
+        replacing: Option<&StackId>,
+    ) -> Result<Option<IdempotencyClaim>, StoreError> {
+        let item = to_item(IDEM_PK, idempotency_key, claim, Some(expires_at.as_second()))?;
+        let request = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .expression_attribute_names("#pk", PK);
+        let request = match replacing {
+            None => request.condition_expression("attribute_not_exists(#pk)"),
+            Some(old) => request
+                .condition_expression("#stack_id = :old")
+                .expression_attribute_names("#stack_id", "stack_id")
+                .expression_attribute_values(":old", s(old.as_str())),
+        };
+        match request.send().await {
+            Ok(_) => Ok(None),
+            Err(err) => match err.as_service_error() {
+                Some(PutItemError::ConditionalCheckFailedException(failed)) => match failed.item.clone() {
+                    Some(old) => Ok(Some(from_item(old)?)),
+                    // Taking over a key that vanished meanwhile: claim it afresh.
+                    None => Box::pin(self.put_claim(idempotency_key, claim, expires_at, None)).await,
+                },
+                _ => Err(StoreError::backend("PutItem", err)),
+            },
+        }
+    }
+
+    /// Frees a key whose create failed, so the client's retry can create afresh; only if
+    /// it still belongs to `stack_id`.
+    pub async fn release_idempotency_key(&self, idempotency_key: &str, stack_id: &StackId) -> Result<(), StoreError> {
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .set_key(Some(key_of(idempotency_key)))
+            .condition_expression("#stack_id = :id")
+            .expression_attribute_names("#stack_id", "stack_id")
+            .expression_attribute_values(":id", s(stack_id.as_str()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(()),
+            Err(err) => Err(StoreError::backend("DeleteItem", err)),
+        }
+    }
+
+    /// Whether any idempotency key still exists (used by tests and diagnostics).
+    pub async fn count_idempotency_keys(&self) -> Result<usize, StoreError> {
+        let out = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("#pk = :pk")
+            .expression_attribute_names("#pk", PK)
+            .expression_attribute_values(":pk", s(IDEM_PK))
+            .consistent_read(true)
+            .select(aws_sdk_dynamodb::types::Select::Count)
+            .send()
+            .await
+            .map_err(|e| StoreError::backend("Query", e))?;
+        Ok(usize::try_from(out.count).unwrap_or_default())
+    }
+}

@@ -1,0 +1,95 @@
+//! Batch-delete jobs: pk=`JOB`, sk=job id, expiring one day after their last update.
+
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use jiff::{SignedDuration, Timestamp};
+
+use super::item::{PK, from_item, key, s, to_item};
+use super::{Store, StoreError};
+use crate::model::BatchDeleteJob;
+
+const JOB_PK: &str = "JOB";
+const JOB_RETENTION: SignedDuration = SignedDuration::from_hours(24);
+
+impl Store {
+    /// Writes a new job; `ConditionFailed` if the id exists.
+    pub async fn put_new_job(&self, job: &BatchDeleteJob) -> Result<(), StoreError> {
+        self.write_job(job, "attribute_not_exists(#pk)", None).await
+    }
+
+    /// Saves progress if nobody else saved since `previous_update` (optimistic lock).
+    pub async fn save_job(&self, job: &BatchDeleteJob, previous_update: Timestamp) -> Result<(), StoreError> {
+        self.write_job(job, "#updated = :previous", Some(previous_update)).await
+    }
+
+    async fn write_job(
+        &self,
+        job: &BatchDeleteJob,
+        condition: &str,
+        previous_update: Option<Timestamp>,
+    ) -> Result<(), StoreError> {
+        let expires_at = job.updated_at.saturating_add(JOB_RETENTION).map_err(|e| StoreError::Malformed(e.to_string()))?;
+        let item = to_item(JOB_PK, &job.job_id, job, Some(expires_at.as_second()))?;
+        let mut request = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression(condition)
+            .expression_attribute_names("#pk", PK);
+        if let Some(previous) = previous_update {
+            request = request
+                .expression_attribute_names("#updated", "updated_at")
+                .expression_attribute_values(":previous", s(previous.to_string()));
+        }
+        request.send().await.map_err(|e| match e.as_service_error() {
+            Some(PutItemError::ConditionalCheckFailedException(_)) => StoreError::ConditionFailed,
+            _ => StoreError::backend("PutItem", e),
+        })?;
+        Ok(())
+    }
+
+    pub async fn get_job(&self, job_id: &str) -> Result<Option<BatchDeleteJob>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(key(JOB_PK, job_id)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| StoreError::backend("GetItem", e))?;
+        out.item.map(from_item).transpose()
+    }
+
+    /// Jobs not yet completed or failed (the partition only holds a day of jobs).
+    pub async fn list_unfinished_jobs(&self) -> Result<Vec<BatchDeleteJob>, StoreError> {
+        let mut jobs = Vec::new();
+        let mut start = None;
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("#pk = :pk")
+                .filter_expression("#status IN (:queued, :running)")
+                .expression_attribute_names("#pk", PK)
+                .expression_attribute_names("#status", "status")
+                .expression_attribute_values(":pk", s(JOB_PK))
+                .expression_attribute_values(":queued", s("queued"))
+                .expression_attribute_values(":running", s("running"))
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| StoreError::backend("Query", e))?;
+            for item in out.items.unwrap_or_default() {
+                jobs.push(from_item(item)?);
+            }
+            start = out.last_evaluated_key;
+            if start.is_none() {
+                break;
+            }
+        }
+        Ok(jobs)
+    }
+}

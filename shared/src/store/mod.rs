@@ -1,0 +1,58 @@
+//! DynamoDB store: one table (schema in template.yaml), single-table keys `pk`/`sk`.
+//!
+//! | pk      | sk          | item                                   | TTL (`expires_at`) |
+//! |---------|-------------|----------------------------------------|--------------------|
+//! | `STACK` | stack id    | [`StackRecord`](crate::model::StackRecord) | none: the reconciler ends stacks |
+//! | `IDEM`  | key         | idempotency claim                      | stack lifetime     |
+//! | `JOB`   | job id      | [`BatchDeleteJob`](crate::model::BatchDeleteJob) | one day  |
+//! | `LEASE` | name        | reconciler lease                       | lease expiry       |
+//!
+//! Stacks share one partition so that listing them is a consistent, paginated query (never a scan).
+
+mod error;
+mod idempotency;
+mod item;
+mod jobs;
+mod stacks;
+
+use aws_sdk_dynamodb::Client;
+
+pub use error::StoreError;
+pub use idempotency::IdempotencyClaim;
+pub use stacks::ObservedState;
+
+/// Handle on the stack table; cheap to clone, built once per process.
+#[derive(Clone, Debug)]
+pub struct Store {
+    client: Client,
+    table: String,
+    consistent_read: bool,
+}
+
+impl Store {
+    pub fn new(client: Client, table: impl Into<String>, consistent_read: bool) -> Self {
+        Self { client, table: table.into(), consistent_read }
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+}
+
+impl Store {
+    /// One cheap consistent read proving the table answers.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(item::key("HEALTH", "HEALTH")))
+            .send()
+            .await
+            .map_err(|e| StoreError::backend("GetItem", e))?;
+        Ok(())
+    }
+}
