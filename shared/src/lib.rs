@@ -3,6 +3,10 @@
 pub mod aws;
 pub mod cluster;
 pub mod config;
+pub mod eks;
 pub mod model;
+pub mod reconcile;
+pub mod stacks;
 pub mod store;
 pub mod telemetry;
+pub mod validate;

@@ -1,1 +1,56 @@
-fn main() {}
+//! The reconciler: in Lambda, one pass per scheduled invocation; locally (no
+//! `AWS_LAMBDA_RUNTIME_API`), one pass, its summary on stdout, then exit.
+
+mod handler;
+mod report;
+mod setup;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use stack_core::config::Config;
+use stack_core::reconcile::run_pass;
+
+/// Time budget of a local pass (a Lambda pass takes its deadline from the invocation).
+const LOCAL_BUDGET: Duration = Duration::from_secs(300);
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    stack_core::telemetry::init();
+    let config = match Config::from_env() {
+        Ok(config) => config,
+        Err(err) => {
+            tracing::error!(error = %err, "refusing to start");
+            return ExitCode::FAILURE;
+        }
+    };
+    let reconciler = match setup::reconciler(config).await {
+        Ok(reconciler) => Arc::new(reconciler),
+        Err(err) => {
+            tracing::error!(error = %err, "start-up failed");
+            return ExitCode::FAILURE;
+        }
+    };
+    if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some() {
+        match handler::serve(reconciler).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                tracing::error!(error = %err, "lambda runtime stopped");
+                ExitCode::FAILURE
+            }
+        }
+    } else {
+        match run_pass(&reconciler, Instant::now() + LOCAL_BUDGET).await {
+            Ok(summary) => {
+                report::log(&summary);
+                println!("{}", report::summary_line(&summary));
+                ExitCode::SUCCESS
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "reconcile pass could not run");
+                ExitCode::FAILURE
+            }
+        }
+    }
+}

@@ -28,14 +28,15 @@ impl ClusterError {
         match &err {
             kube::Error::Api(status) => {
                 let message = status.message.clone();
-                if status.is_not_found() {
+                let forbidden = status.code == 403;
+                if status.code == 404 {
                     ClusterError::NotFound
-                } else if status.is_forbidden() && message.contains("exceeded quota") {
+                } else if forbidden && message.contains("exceeded quota") {
                     ClusterError::Saturated(message)
-                } else if status.is_forbidden() && message.contains("is forbidden: User") {
+                } else if forbidden && message.contains("is forbidden: User") {
                     // RBAC denial: our configuration, not the caller's input.
                     ClusterError::Api { operation, message }
-                } else if status.is_forbidden() || status.code == 422 || status.code == 400 {
+                } else if forbidden || status.code == 422 || status.code == 400 {
                     ClusterError::Rejected(message)
                 } else {
                     ClusterError::Api { operation, message }

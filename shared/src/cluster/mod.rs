@@ -213,5 +213,5 @@ where
 }
 
 pub(crate) fn is_not_found(err: &kube::Error) -> bool {
-    matches!(err, kube::Error::Api(status) if status.is_not_found())
+    matches!(err, kube::Error::Api(status) if status.code == 404)
 }

@@ -66,7 +66,7 @@ impl NamespaceGuard {
                 let created = namespaces.create(&PostParams::default(), &namespace_object(&self.namespace)).await;
                 match created {
                     Ok(_) => tracing::info!(namespace = %self.namespace, "created stack namespace"),
-                    Err(kube::Error::Api(s)) if s.is_already_exists() => {}
+                    Err(kube::Error::Api(s)) if s.code == 409 => {}
                     Err(e) => return Err(ClusterError::from_kube("create namespace", e)),
                 }
             }

@@ -1,0 +1,30 @@
+//! How a pass's summary leaves the process: a structured log line, the handler's answer
+//! and an Embedded Metric Format line that CloudWatch turns into metrics.
+
+use jiff::Timestamp;
+use stack_core::reconcile::Summary;
+
+pub fn log(s: &Summary) {
+    tracing::info!(
+        lease_held = s.lease_held,
+        scanned = s.scanned,
+        expired = s.expired,
+        drift = s.drift,
+        orphans = s.orphans,
+        status_updates = s.status_updates,
+        jobs = s.jobs,
+        in_flight = s.in_flight,
+        failures = s.failures,
+        remaining = s.remaining,
+        duration_ms = s.duration_ms,
+        "reconcile pass finished"
+    );
+}
+
+pub fn summary_line(s: &Summary) -> String {
+    serde_json::to_string(s).unwrap_or_default()
+}
+
+pub fn emf_line(s: &Summary, at: Timestamp) -> String {
+    s.emf(at).to_string()
+}

@@ -1,0 +1,148 @@
+//! An in-process API over the real local environment: the production router and clients,
+//! a fresh table and a fresh namespace per harness, so tests run in parallel.
+
+use std::collections::HashMap;
+
+use axum::body::Body;
+use http::{HeaderMap, Method, Request};
+use http_body_util::BodyExt;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::Api;
+use kube::api::ListParams;
+use serde_json::Value;
+use stack_api::AppState;
+use stack_core::config::Config;
+use stack_core::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, StackRecord};
+use stack_core::store::Store;
+use tower::ServiceExt;
+
+use crate::counting::{CallCounter, counting_dynamodb, counting_kube};
+use crate::env::TestEnv;
+
+pub const API_KEY: &str = "local-test-key";
+
+/// A small valid challenge manifest exposing TCP 80.
+pub const WEB_POD: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  labels:
+    challenge: web
+spec:
+  containers:
+    - name: web
+      image: nginx:1.27
+      ports:
+        - containerPort: 80
+      resources:
+        limits:
+          cpu: 100m
+          memory: 64Mi
+"#;
+
+pub struct ApiHarness {
+    pub env: TestEnv,
+    pub router: axum::Router,
+    pub state: AppState,
+    pub namespace: String,
+    pub table: String,
+    pub kube_calls: CallCounter,
+    pub dynamodb_calls: CallCounter,
+}
+
+/// A response as the client sees it.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub json: Value,
+}
+
+impl ApiHarness {
+    /// A harness with the defaults tests want: a fresh namespace with an ingress policy, a
+    /// fresh table, API key `local-test-key`.
+    pub async fn start() -> Self {
+        Self::with_env(&[]).await
+    }
+
+    /// Like [`start`](Self::start), with extra environment variables for the config.
+    pub async fn with_env(overrides: &[(&str, &str)]) -> Self {
+        let env = TestEnv::connect().await;
+        let namespace = env.unique_name("ns");
+        let table = env.create_table().await;
+        let mut vars: HashMap<String, String> = HashMap::from([
+            ("STACK_NAMESPACE".into(), namespace.clone()),
+            ("DDB_STACK_TABLE".into(), table.clone()),
+            ("API_KEY".into(), API_KEY.into()),
+            ("STACK_REQUIRE_INGRESS_NETWORK_POLICY".into(), "false".into()),
+        ]);
+        for (k, v) in overrides {
+            vars.insert((*k).into(), (*v).into());
+        }
+        let config = Config::from_lookup(|name| vars.get(name).cloned()).expect("test config is valid");
+        let kube_calls = CallCounter::default();
+        let dynamodb_calls = CallCounter::default();
+        let kube = counting_kube(env.kube_config().await, &kube_calls).expect("kube client");
+        let dynamodb = counting_dynamodb(env.sdk_config(), &dynamodb_calls);
+        let store = Store::new(dynamodb, &table, config.consistent_read);
+        let state = AppState::with_clients(config, store, kube).expect("state");
+        Self { router: stack_api::router(state.clone()), state, namespace, table, kube_calls, dynamodb_calls, env }
+    }
+
+    pub async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Reply {
+        let mut builder = Request::builder().method(method).uri(path).header("x-api-key", API_KEY);
+        if body.is_some() {
+            builder = builder.header("content-type", "application/json");
+        }
+        let body = body.map(|b| Body::from(b.to_string())).unwrap_or_else(Body::empty);
+        self.send(builder.body(body).expect("request")).await
+    }
+
+    pub async fn send(&self, request: Request<Body>) -> Reply {
+        let response = self.router.clone().oneshot(request).await.expect("router is infallible");
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let bytes = response.into_body().collect().await.expect("body").to_bytes();
+        let json = serde_json::from_slice(&bytes).unwrap_or_else(|_| panic!("non-JSON answer {status}: {bytes:?}"));
+        Reply { status, headers, json }
+    }
+
+    pub async fn create(&self, manifest: &str, target_port: Value) -> Reply {
+        self.call(Method::POST, "/stacks", Some(serde_json::json!({ "pod_spec": manifest, "target_port": target_port }))).await
+    }
+
+    pub fn pods_api(&self) -> Api<Pod> {
+        Api::namespaced(self.env.kube().clone(), &self.namespace)
+    }
+
+    pub fn services_api(&self) -> Api<Service> {
+        Api::namespaced(self.env.kube().clone(), &self.namespace)
+    }
+
+    /// Our pods still in the apiserver (terminating ones included).
+    pub async fn managed_pods(&self) -> Vec<Pod> {
+        self.pods_api().list(&managed()).await.expect("list pods").items
+    }
+
+    pub async fn managed_services(&self) -> Vec<Service> {
+        self.services_api().list(&managed()).await.expect("list services").items
+    }
+
+    pub async fn records(&self) -> Vec<StackRecord> {
+        self.state.stacks.store().list_stacks().await.expect("list records")
+    }
+
+    /// Asserts that no pod, service, record or idempotency key of ours is left.
+    pub async fn assert_nothing_left(&self) {
+        let pods = self.managed_pods().await;
+        assert!(pods.is_empty(), "pods left: {:?}", pods.iter().map(|p| p.metadata.name.clone()).collect::<Vec<_>>());
+        let services = self.managed_services().await;
+        assert!(services.is_empty(), "services left: {:?}", services.iter().map(|s| s.metadata.name.clone()).collect::<Vec<_>>());
+        assert!(self.records().await.is_empty(), "records left");
+        assert_eq!(self.state.stacks.store().count_idempotency_keys().await.expect("count keys"), 0, "idempotency keys left");
+    }
+}
+
+fn managed() -> ListParams {
+    ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"))
+}

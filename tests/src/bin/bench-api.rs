@@ -1,0 +1,126 @@
+//! Benchmark of the stack API against the local environment (run `tests/env/up` first):
+//! create latency sequential and at 32 concurrent clients, status latency, creates per
+//! second, and DynamoDB / Kubernetes calls per create, status and delete.
+//!
+//! `cargo run --release -p stack-tests --bin bench-api [-- --creates N]`
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use http::Method;
+use serde_json::json;
+use stack_tests::api::ApiHarness;
+
+const CONCURRENCY: usize = 32;
+/// Small requests so that hundreds of stacks fit on the simulated nodes.
+const BENCH_POD: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: bench
+spec:
+  containers:
+    - name: app
+      image: registry.example/ctf/app:1
+      ports:
+        - containerPort: 1337
+      resources:
+        limits:
+          cpu: 10m
+          memory: 16Mi
+"#;
+
+#[tokio::main]
+async fn main() {
+    let creates: usize = std::env::args()
+        .skip_while(|a| a != "--creates")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(100);
+    let api = ApiHarness::start().await;
+    // Warm up: namespace, node-port view, connections.
+    let warm = create(&api).await.0;
+    delete(&api, &warm).await;
+
+    let mut sequential = Vec::new();
+    let mut ids = Vec::new();
+    let (mut ddb_create, mut kube_create) = (0, 0);
+    for _ in 0..creates {
+        let (ddb0, kube0) = counts(&api);
+        let started = Instant::now();
+        let (id, _) = create(&api).await;
+        sequential.push(started.elapsed());
+        let (ddb1, kube1) = counts(&api);
+        ddb_create += ddb1 - ddb0;
+        kube_create += kube1 - kube0;
+        ids.push(id);
+    }
+    let mut status = Vec::new();
+    let (mut ddb_status, mut kube_status) = (0, 0);
+    for id in ids.iter().cycle().take(creates * 2) {
+        let (ddb0, kube0) = counts(&api);
+        let started = Instant::now();
+        let reply = api.call(Method::GET, &format!("/stacks/{id}/status"), None).await;
+        status.push(started.elapsed());
+        assert_eq!(reply.status, 200, "{}", reply.json);
+        let (ddb1, kube1) = counts(&api);
+        ddb_status += ddb1 - ddb0;
+        kube_status += kube1 - kube0;
+    }
+    let (mut ddb_delete, mut kube_delete) = (0, 0);
+    for id in &ids {
+        let (ddb0, kube0) = counts(&api);
+        delete(&api, id).await;
+        let (ddb1, kube1) = counts(&api);
+        ddb_delete += ddb1 - ddb0;
+        kube_delete += kube1 - kube0;
+    }
+
+    let concurrent_creates = creates.max(CONCURRENCY * 4);
+    let started = Instant::now();
+    let results: Vec<(String, Duration)> = futures::stream::iter(0..concurrent_creates)
+        .map(|_| async {
+            let t = Instant::now();
+            let (id, _) = create(&api).await;
+            (id, t.elapsed())
+        })
+        .buffer_unordered(CONCURRENCY)
+        .collect()
+        .await;
+    let wall = started.elapsed();
+    let concurrent: Vec<Duration> = results.iter().map(|(_, d)| *d).collect();
+    futures::stream::iter(results.iter().map(|(id, _)| delete(&api, id))).buffer_unordered(CONCURRENCY).collect::<Vec<_>>().await;
+
+    let n = creates as f64;
+    println!("stack-api benchmark (in-process router, DynamoDB Local, real apiserver + kwok)");
+    report("create, sequential", &mut sequential);
+    report(&format!("create, {CONCURRENCY} concurrent"), &mut concurrent.clone());
+    report("status, sequential", &mut status);
+    println!("creates/s at {CONCURRENCY} concurrency: {:.1} ({concurrent_creates} creates in {:.2}s)", concurrent_creates as f64 / wall.as_secs_f64(), wall.as_secs_f64());
+    println!("calls per create: dynamodb {:.2}, kubernetes {:.2}", ddb_create as f64 / n, kube_create as f64 / n);
+    println!("calls per status: dynamodb {:.2}, kubernetes {:.2}", ddb_status as f64 / (2.0 * n), kube_status as f64 / (2.0 * n));
+    println!("calls per delete: dynamodb {:.2}, kubernetes {:.2}", ddb_delete as f64 / n, kube_delete as f64 / n);
+}
+
+fn counts(api: &ApiHarness) -> (u64, u64) {
+    (api.dynamodb_calls.get(), api.kube_calls.get())
+}
+
+async fn create(api: &ApiHarness) -> (String, u64) {
+    let reply = api.create(BENCH_POD, json!([{"container_port": 1337, "protocol": "TCP"}])).await;
+    assert_eq!(reply.status, 201, "{}", reply.json);
+    (reply.json["stack_id"].as_str().unwrap_or_default().to_owned(), reply.json["node_port"].as_u64().unwrap_or_default())
+}
+
+async fn delete(api: &ApiHarness, id: &str) {
+    let reply = api.call(Method::DELETE, &format!("/stacks/{id}"), None).await;
+    assert_eq!(reply.status, 200, "{}", reply.json);
+}
+
+fn report(label: &str, samples: &mut [Duration]) {
+    samples.sort();
+    let pct = |p: f64| {
+        let index = ((samples.len() as f64 - 1.0) * p).round() as usize;
+        samples.get(index).map(|d| d.as_secs_f64() * 1000.0).unwrap_or(f64::NAN)
+    };
+    println!("{label:<28} n={:<5} p50 {:>7.1} ms  p95 {:>7.1} ms  p99 {:>7.1} ms", samples.len(), pct(0.5), pct(0.95), pct(0.99));
+}

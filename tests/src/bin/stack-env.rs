@@ -1,0 +1,58 @@
+//! Helper of `tests/env/up`: objects the local environment needs that are easier to make
+//! typed than in bash.
+//!
+//! ```text
+//! stack-env create-table <name>   # DynamoDB table from template.yaml's StackTable (no-op if present)
+//! stack-env bootstrap-nodes       # the default simulated nodes, waited until Ready
+//! ```
+//! Reads the variables of `tests/env/.state/env.sh` (see `stack_tests::env::EnvSettings`).
+
+use std::process::ExitCode;
+
+use stack_tests::env::{EnvError, EnvSettings, TableDefinition, create_table, dynamodb_client, kube_client, nodes};
+
+const USAGE: &str = "usage: stack-env create-table <name> | stack-env bootstrap-nodes";
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let result = match args.as_slice() {
+        ["create-table", name] => run_create_table(name).await,
+        ["bootstrap-nodes"] => run_bootstrap_nodes().await,
+        _ => {
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("stack-env: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run_create_table(name: &str) -> Result<(), EnvError> {
+    let settings = EnvSettings::load()?;
+    let definition = TableDefinition::stack_table()?;
+    let created = create_table(&dynamodb_client(&settings), name, &definition).await?;
+    let verb = if created { "created" } else { "already present:" };
+    eprintln!("stack-env: {verb} table {name} (schema of template.yaml StackTable)");
+    Ok(())
+}
+
+async fn run_bootstrap_nodes() -> Result<(), EnvError> {
+    let settings = EnvSettings::load()?;
+    let client = kube_client(&settings).await?;
+    let wanted = nodes::default_nodes();
+    let added = futures::future::join_all(wanted.iter().map(|node| nodes::add_node(&client, node))).await;
+    for (node, result) in wanted.iter().zip(added) {
+        result?;
+        let role = node.labels.get(nodes::ROLE_LABEL).map_or("-", String::as_str);
+        let external = node.external_ip.as_deref().unwrap_or("-");
+        eprintln!("stack-env: node {} Ready (role={role}, ExternalIP {external})", node.name);
+    }
+    Ok(())
+}
