@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, SdkConfig};
+use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
+use aws_smithy_runtime_api::client::http::SharedHttpClient;
 
 /// Bounds every AWS call so that a request always answers before API Gateway's 29 s and a
 /// create well before the clients' 5 s.
@@ -19,5 +21,17 @@ pub async fn load_sdk_config() -> SdkConfig {
         .operation_attempt_timeout(ATTEMPT_TIMEOUT)
         .connect_timeout(CONNECT_TIMEOUT)
         .build();
-    aws_config::defaults(BehaviorVersion::latest()).timeout_config(timeouts).load().await
+    aws_config::defaults(BehaviorVersion::latest())
+        .http_client(https_client())
+        .timeout_config(timeouts)
+        .load()
+        .await
+}
+
+/// The HTTPS client of every AWS SDK client: rustls with ring, the same TLS stack the
+/// Kubernetes client uses.
+pub fn https_client() -> SharedHttpClient {
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(Provider::Rustls(CryptoMode::Ring))
+        .build_https()
 }

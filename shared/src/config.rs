@@ -52,11 +52,15 @@ impl Config {
 
     /// Reads variables through `lookup`; blank values count as unset.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let mut env = Reader { lookup: &lookup, problems: Vec::new() };
+        let mut env = Reader {
+            lookup: &lookup,
+            problems: Vec::new(),
+        };
         let api_key_enabled = env.parse("API_KEY_ENABLED", true, parse_bool);
         let api_key = env.string("API_KEY");
         if api_key_enabled && api_key.is_none() {
-            env.problems.push("API_KEY: required when API_KEY_ENABLED is true".into());
+            env.problems
+                .push("API_KEY: required when API_KEY_ENABLED is true".into());
         }
         let config = Config {
             namespace: env.string("STACK_NAMESPACE").unwrap_or_else(|| "stacks".into()),
@@ -71,8 +75,13 @@ impl Config {
             deny_egress_cidrs: env.parse("STACK_DENY_EGRESS_CIDRS", Vec::new(), parse_cidrs),
             max_cpu_milli: env.parse_opt("STACK_MAX_CPU_MILLI", parse_positive),
             max_memory_bytes: env.parse_opt("STACK_MAX_MEMORY_BYTES", parse_positive),
-            ephemeral_storage_limit: env.string("STACK_EPHEMERAL_STORAGE_LIMIT").unwrap_or_else(|| "1Gi".into()),
-            image_allowlist: env.string("STACK_IMAGE_ALLOWLIST").map(|v| split_list(&v)).unwrap_or_default(),
+            ephemeral_storage_limit: env
+                .string("STACK_EPHEMERAL_STORAGE_LIMIT")
+                .unwrap_or_else(|| "1Gi".into()),
+            image_allowlist: env
+                .string("STACK_IMAGE_ALLOWLIST")
+                .map(|v| split_list(&v))
+                .unwrap_or_default(),
             table: env.string("DDB_STACK_TABLE").unwrap_or_else(|| "stacks".into()),
             consistent_read: env.parse("DDB_CONSISTENT_READ", true, parse_bool),
             kubeconfig: env.string("K8S_KUBECONFIG"),
@@ -87,12 +96,22 @@ impl Config {
             orphan_grace: env.parse("STACK_ORPHAN_GRACE", Duration::from_secs(120), parse_duration),
             reap_terminated: env.parse("STACK_REAP_TERMINATED", false, parse_bool),
             reconcile_concurrency: env.parse("RECONCILE_CONCURRENCY", 16, |v| {
-                parse_num::<usize>(v).and_then(|n| if n == 0 { Err("must be at least 1".into()) } else { Ok(n) })
+                parse_num::<usize>(v).and_then(|n| {
+                    if n == 0 {
+                        Err("must be at least 1".into())
+                    } else {
+                        Ok(n)
+                    }
+                })
             }),
         };
         let mut problems = env.problems;
         problems.extend(config.cross_checks());
-        if problems.is_empty() { Ok(config) } else { Err(ConfigError { problems }) }
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigError { problems })
+        }
     }
 
     fn cross_checks(&self) -> Vec<String> {
@@ -128,7 +147,9 @@ struct Reader<'a, F: Fn(&str) -> Option<String>> {
 
 impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
     fn string(&self, name: &str) -> Option<String> {
-        (self.lookup)(name).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
+        (self.lookup)(name)
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
     }
 
     fn parse<T>(&mut self, name: &str, default: T, parse: impl Fn(&str) -> Result<T, String>) -> T {
@@ -188,7 +209,9 @@ pub fn parse_duration(v: &str) -> Result<Duration, String> {
         let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or(BAD)?;
         let (num, tail) = rest.split_at(num_len);
         let value: f64 = num.parse().map_err(|_| BAD)?;
-        let unit_len = tail.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(tail.len());
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
         let (unit, tail) = tail.split_at(unit_len);
         let scale = match unit {
             "ns" => 1e-9,
@@ -206,7 +229,11 @@ pub fn parse_duration(v: &str) -> Result<Duration, String> {
 }
 
 fn split_list(v: &str) -> Vec<String> {
-    v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
+    v.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 fn parse_cidrs(v: &str) -> Result<Vec<String>, String> {
@@ -227,7 +254,8 @@ fn parse_cidrs(v: &str) -> Result<Vec<String>, String> {
 
 fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
@@ -270,7 +298,13 @@ mod tests {
         ])
         .unwrap_err();
         let text = err.to_string();
-        for name in ["STACK_TTL", "STACK_NODEPORT_MIN", "DDB_CONSISTENT_READ", "STACK_DENY_EGRESS_CIDRS", "API_KEY"] {
+        for name in [
+            "STACK_TTL",
+            "STACK_NODEPORT_MIN",
+            "DDB_CONSISTENT_READ",
+            "STACK_DENY_EGRESS_CIDRS",
+            "API_KEY",
+        ] {
             assert!(text.contains(name), "{name} missing from {text}");
         }
         assert_eq!(err.problems.len(), 5);
@@ -284,8 +318,13 @@ mod tests {
 
     #[test]
     fn cross_field_rules() {
-        let err = config(&[("API_KEY", "k"), ("STACK_NODEPORT_MIN", "32000"), ("STACK_NODEPORT_MAX", "31000"), ("STACK_TTL", "9h")])
-            .unwrap_err();
+        let err = config(&[
+            ("API_KEY", "k"),
+            ("STACK_NODEPORT_MIN", "32000"),
+            ("STACK_NODEPORT_MAX", "31000"),
+            ("STACK_TTL", "9h"),
+        ])
+        .unwrap_err();
         assert_eq!(err.problems.len(), 2, "{err}");
     }
 

@@ -52,7 +52,11 @@ impl FromStr for StackId {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let hex = s.strip_prefix(Self::PREFIX).ok_or(InvalidStackId)?;
         let valid = hex.len() == 16 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
-        if valid { Ok(Self(s.to_owned())) } else { Err(InvalidStackId) }
+        if valid {
+            Ok(Self(s.to_owned()))
+        } else {
+            Err(InvalidStackId)
+        }
     }
 }
 
@@ -166,7 +170,10 @@ impl StackStatus {
 
     /// Clients treat these as final.
     pub fn is_terminal(self) -> bool {
-        matches!(self, StackStatus::Stopped | StackStatus::Failed | StackStatus::NodeDeleted)
+        matches!(
+            self,
+            StackStatus::Stopped | StackStatus::Failed | StackStatus::NodeDeleted
+        )
     }
 }
 
@@ -211,18 +218,34 @@ mod tests {
         assert_eq!(id.as_str().len(), 22);
         assert_eq!(id.as_str().parse::<StackId>(), Ok(id.clone()));
         assert_eq!(id.service_name(), format!("svc-{id}"));
-        for bad in ["", "stack-", "stack-0123456789abcdeF", "stack-0123456789abcde", "pod-0123456789abcdef", "stack-0123456789abcdef0"] {
+        for bad in [
+            "",
+            "stack-",
+            "stack-0123456789abcdeF",
+            "stack-0123456789abcde",
+            "pod-0123456789abcdef",
+            "stack-0123456789abcdef0",
+        ] {
             assert_eq!(bad.parse::<StackId>(), Err(InvalidStackId), "{bad}");
         }
     }
 
     #[test]
     fn status_and_protocol_wire_names() {
-        assert_eq!(serde_json::to_string(&StackStatus::NodeDeleted).unwrap(), "\"node_deleted\"");
+        assert_eq!(
+            serde_json::to_string(&StackStatus::NodeDeleted).unwrap(),
+            "\"node_deleted\""
+        );
         assert_eq!(serde_json::to_string(&Protocol::Udp).unwrap(), "\"UDP\"");
         assert_eq!(Protocol::parse_any_case("tCp"), Some(Protocol::Tcp));
         assert_eq!(Protocol::parse_any_case("sctp"), None);
-        for s in [StackStatus::Creating, StackStatus::Running, StackStatus::Stopped, StackStatus::Failed, StackStatus::NodeDeleted] {
+        for s in [
+            StackStatus::Creating,
+            StackStatus::Running,
+            StackStatus::Stopped,
+            StackStatus::Failed,
+            StackStatus::NodeDeleted,
+        ] {
             assert_eq!(StackStatus::parse(s.as_str()), Some(s));
         }
     }

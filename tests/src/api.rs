@@ -17,7 +17,7 @@ use stack_core::store::Store;
 use tower::ServiceExt;
 
 use crate::counting::{CallCounter, counting_dynamodb, counting_kube};
-use crate::env::TestEnv;
+use crate::env::{TestEnv, TestTable, unique_name};
 
 pub const API_KEY: &str = "local-test-key";
 
@@ -45,7 +45,7 @@ pub struct ApiHarness {
     pub router: axum::Router,
     pub state: AppState,
     pub namespace: String,
-    pub table: String,
+    pub table: TestTable,
     pub kube_calls: CallCounter,
     pub dynamodb_calls: CallCounter,
 }
@@ -67,12 +67,13 @@ impl ApiHarness {
 
     /// Like [`start`](Self::start), with extra environment variables for the config.
     pub async fn with_env(overrides: &[(&str, &str)]) -> Self {
-        let env = TestEnv::connect().await;
-        let namespace = env.unique_name("ns");
-        let table = env.create_table().await;
+        let env = TestEnv::connect().await.expect("local environment (run tests/env/up)");
+        // The API creates the namespace itself on first use, as in production.
+        let namespace = unique_name("api");
+        let table = env.fresh_table("api").await.expect("fresh table");
         let mut vars: HashMap<String, String> = HashMap::from([
             ("STACK_NAMESPACE".into(), namespace.clone()),
-            ("DDB_STACK_TABLE".into(), table.clone()),
+            ("DDB_STACK_TABLE".into(), table.name().to_owned()),
             ("API_KEY".into(), API_KEY.into()),
             ("STACK_REQUIRE_INGRESS_NETWORK_POLICY".into(), "false".into()),
         ]);
@@ -82,11 +83,19 @@ impl ApiHarness {
         let config = Config::from_lookup(|name| vars.get(name).cloned()).expect("test config is valid");
         let kube_calls = CallCounter::default();
         let dynamodb_calls = CallCounter::default();
-        let kube = counting_kube(env.kube_config().await, &kube_calls).expect("kube client");
-        let dynamodb = counting_dynamodb(env.sdk_config(), &dynamodb_calls);
-        let store = Store::new(dynamodb, &table, config.consistent_read);
+        let kube = counting_kube(kube_config(&env).await, &kube_calls).expect("kube client");
+        let dynamodb = counting_dynamodb(&env.dynamodb, &dynamodb_calls);
+        let store = Store::new(dynamodb, table.name(), config.consistent_read);
         let state = AppState::with_clients(config, store, kube).expect("state");
-        Self { router: stack_api::router(state.clone()), state, namespace, table, kube_calls, dynamodb_calls, env }
+        Self {
+            router: stack_api::router(state.clone()),
+            state,
+            namespace,
+            table,
+            kube_calls,
+            dynamodb_calls,
+            env,
+        }
     }
 
     pub async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Reply {
@@ -99,7 +108,12 @@ impl ApiHarness {
     }
 
     pub async fn send(&self, request: Request<Body>) -> Reply {
-        let response = self.router.clone().oneshot(request).await.expect("router is infallible");
+        let response = self
+            .router
+            .clone()
+            .oneshot(request)
+            .await
+            .expect("router is infallible");
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         let bytes = response.into_body().collect().await.expect("body").to_bytes();
@@ -108,15 +122,20 @@ impl ApiHarness {
     }
 
     pub async fn create(&self, manifest: &str, target_port: Value) -> Reply {
-        self.call(Method::POST, "/stacks", Some(serde_json::json!({ "pod_spec": manifest, "target_port": target_port }))).await
+        self.call(
+            Method::POST,
+            "/stacks",
+            Some(serde_json::json!({ "pod_spec": manifest, "target_port": target_port })),
+        )
+        .await
     }
 
     pub fn pods_api(&self) -> Api<Pod> {
-        Api::namespaced(self.env.kube().clone(), &self.namespace)
+        Api::namespaced(self.env.kube.clone(), &self.namespace)
     }
 
     pub fn services_api(&self) -> Api<Service> {
-        Api::namespaced(self.env.kube().clone(), &self.namespace)
+        Api::namespaced(self.env.kube.clone(), &self.namespace)
     }
 
     /// Our pods still in the apiserver (terminating ones included).
@@ -135,12 +154,37 @@ impl ApiHarness {
     /// Asserts that no pod, service, record or idempotency key of ours is left.
     pub async fn assert_nothing_left(&self) {
         let pods = self.managed_pods().await;
-        assert!(pods.is_empty(), "pods left: {:?}", pods.iter().map(|p| p.metadata.name.clone()).collect::<Vec<_>>());
+        assert!(
+            pods.is_empty(),
+            "pods left: {:?}",
+            pods.iter().map(|p| p.metadata.name.clone()).collect::<Vec<_>>()
+        );
         let services = self.managed_services().await;
-        assert!(services.is_empty(), "services left: {:?}", services.iter().map(|s| s.metadata.name.clone()).collect::<Vec<_>>());
+        assert!(
+            services.is_empty(),
+            "services left: {:?}",
+            services.iter().map(|s| s.metadata.name.clone()).collect::<Vec<_>>()
+        );
         assert!(self.records().await.is_empty(), "records left");
-        assert_eq!(self.state.stacks.store().count_idempotency_keys().await.expect("count keys"), 0, "idempotency keys left");
+        assert_eq!(
+            self.state
+                .stacks
+                .store()
+                .count_idempotency_keys()
+                .await
+                .expect("count keys"),
+            0,
+            "idempotency keys left"
+        );
     }
+}
+
+/// The admin kubeconfig of the environment as a client config.
+pub async fn kube_config(env: &TestEnv) -> kube::Config {
+    let kubeconfig = kube::config::Kubeconfig::read_from(&env.settings.kubeconfig).expect("kubeconfig");
+    kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+        .await
+        .expect("kube config")
 }
 
 fn managed() -> ListParams {

@@ -42,9 +42,13 @@ impl Intercept for CountingInterceptor {
     }
 }
 
-/// A DynamoDB client counting every attempt it transmits.
-pub fn counting_dynamodb(sdk: &aws_config::SdkConfig, counter: &CallCounter) -> aws_sdk_dynamodb::Client {
-    let config = aws_sdk_dynamodb::config::Builder::from(sdk).interceptor(CountingInterceptor(counter.clone())).build();
+/// A copy of `client` that also counts every attempt it transmits.
+pub fn counting_dynamodb(client: &aws_sdk_dynamodb::Client, counter: &CallCounter) -> aws_sdk_dynamodb::Client {
+    let config = client
+        .config()
+        .to_builder()
+        .interceptor(CountingInterceptor(counter.clone()))
+        .build();
     aws_sdk_dynamodb::Client::from_conf(config)
 }
 
@@ -55,5 +59,7 @@ pub fn counting_kube(config: kube::Config, counter: &CallCounter) -> Result<kube
         counter.bump();
         request
     });
-    Ok(kube::client::ClientBuilder::try_from(config)?.with_layer(&layer).build())
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&layer)
+        .build())
 }

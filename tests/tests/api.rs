@@ -9,9 +9,13 @@ use k8s_openapi::api::core::v1::{LimitRange, Pod, ResourceQuota};
 use kube::api::{DeleteParams, PostParams};
 use serde_json::{Value, json};
 use stack_tests::api::{API_KEY, ApiHarness, WEB_POD};
+use stack_tests::env::SimulatedNode;
 
 fn stack_id(reply: &stack_tests::api::Reply) -> String {
-    reply.json["stack_id"].as_str().unwrap_or_else(|| panic!("no stack_id in {}", reply.json)).to_owned()
+    reply.json["stack_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no stack_id in {}", reply.json))
+        .to_owned()
 }
 
 /// True when every field of `expected` is present with the same value in `actual`.
@@ -31,23 +35,50 @@ async fn healthz_checks_dependencies_and_the_api_key() {
 
     let no_key = api.send(Request::get("/healthz").body(Body::empty()).unwrap()).await;
     assert_eq!((no_key.status, no_key.json), (401, json!({"error": "invalid api key"})));
-    let wrong = api.send(Request::get("/healthz").header("X-Api-Key", "nope").body(Body::empty()).unwrap()).await;
+    let wrong = api
+        .send(
+            Request::get("/healthz")
+                .header("X-Api-Key", "nope")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
     assert_eq!(wrong.status, 401);
-    let by_query = api.send(Request::get(format!("/healthz?api_key={API_KEY}")).body(Body::empty()).unwrap()).await;
+    let by_query = api
+        .send(
+            Request::get(format!("/healthz?api_key={API_KEY}"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
     assert_eq!(by_query.status, 200);
     // The header wins over the query when present and not blank.
-    let header_wins =
-        api.send(Request::get(format!("/healthz?api_key={API_KEY}")).header("x-api-key", "nope").body(Body::empty()).unwrap()).await;
+    let header_wins = api
+        .send(
+            Request::get(format!("/healthz?api_key={API_KEY}"))
+                .header("x-api-key", "nope")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
     assert_eq!(header_wins.status, 401);
-    let blank_header =
-        api.send(Request::get(format!("/healthz?api_key={API_KEY}")).header("x-api-key", " ").body(Body::empty()).unwrap()).await;
+    let blank_header = api
+        .send(
+            Request::get(format!("/healthz?api_key={API_KEY}"))
+                .header("x-api-key", " ")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
     assert_eq!(blank_header.status, 200);
 }
 
 #[tokio::test]
 async fn v1_create_applies_the_hardened_pod_and_reads_back() {
     let api = ApiHarness::start().await;
-    let created = api.create(WEB_POD, json!([{"container_port": 80, "protocol": "tcp"}])).await;
+    let created = api
+        .create(WEB_POD, json!([{"container_port": 80, "protocol": "tcp"}]))
+        .await;
     assert_eq!(created.status, 201, "{}", created.json);
     let id = stack_id(&created);
     let body = &created.json;
@@ -56,7 +87,10 @@ async fn v1_create_applies_the_hardened_pod_and_reads_back() {
     assert_eq!(body["service_name"], format!("svc-{id}"));
     assert_eq!(body["namespace"], api.namespace.as_str());
     let port = &body["ports"][0];
-    assert_eq!((port["container_port"].as_u64(), port["protocol"].as_str()), (Some(80), Some("TCP")));
+    assert_eq!(
+        (port["container_port"].as_u64(), port["protocol"].as_str()),
+        (Some(80), Some("TCP"))
+    );
     let node_port = port["node_port"].as_u64().unwrap();
     assert!((31001..=32767).contains(&node_port));
     assert_eq!(body["target_port"], 80);
@@ -71,15 +105,32 @@ async fn v1_create_applies_the_hardened_pod_and_reads_back() {
     // Scheduling is quick here, so the answer already names the node and its address.
     let node_id = body["node_id"].as_str().unwrap();
     assert!(!node_id.is_empty(), "{body}");
-    assert!(body["node_public_ip"].as_str().is_some_and(|ip| ip.starts_with("203.0.113.")), "{body}");
+    assert!(
+        body["node_public_ip"]
+            .as_str()
+            .is_some_and(|ip| ip.starts_with("203.0.113.")),
+        "{body}"
+    );
 
     // The pod in the apiserver is the hardened one the answer shows.
-    let applied: Value = serde_json::to_value(serde_yaml::from_str::<Pod>(body["pod_spec"].as_str().unwrap()).unwrap()).unwrap();
+    let applied: Value =
+        serde_json::to_value(serde_yaml::from_str::<Pod>(body["pod_spec"].as_str().unwrap()).unwrap()).unwrap();
     let live = serde_json::to_value(api.pods_api().get(&id).await.unwrap()).unwrap();
-    assert!(is_subset(&applied["spec"], &live["spec"]), "applied {} live {}", applied["spec"], live["spec"]);
+    assert!(
+        is_subset(&applied["spec"], &live["spec"]),
+        "applied {} live {}",
+        applied["spec"],
+        live["spec"]
+    );
     assert!(is_subset(&applied["metadata"]["labels"], &live["metadata"]["labels"]));
-    assert_eq!(live["spec"]["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
-    assert_eq!(live["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(
+        live["spec"]["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    assert_eq!(
+        live["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"],
+        false
+    );
     assert_eq!(live["spec"]["automountServiceAccountToken"], false);
     assert_eq!(live["spec"]["nodeSelector"]["role"], "stack");
     let service = api.services_api().get(&format!("svc-{id}")).await.unwrap();
@@ -108,7 +159,10 @@ async fn v1_create_applies_the_hardened_pod_and_reads_back() {
     assert_eq!(stats.json["node_distribution"][node_id], 1);
 
     let deleted = api.call(Method::DELETE, &format!("/stacks/{id}"), None).await;
-    assert_eq!((deleted.status, deleted.json), (200, json!({"deleted": true, "stack_id": id})));
+    assert_eq!(
+        (deleted.status, deleted.json),
+        (200, json!({"deleted": true, "stack_id": id}))
+    );
     assert_eq!(api.call(Method::GET, &format!("/stacks/{id}"), None).await.status, 404);
     let again = api.call(Method::DELETE, &format!("/stacks/{id}"), None).await;
     assert_eq!((again.status, again.json), (404, json!({"error": "stack not found"})));
@@ -127,7 +181,9 @@ async fn v0_create_with_a_scalar_port() {
     assert_eq!(created.json["target_port"], 80);
     assert_eq!(created.json["ports"][0]["protocol"], "TCP");
     assert_eq!(created.json["node_port"], created.json["ports"][0]["node_port"]);
-    let status = api.call(Method::GET, &format!("/stacks/{}/status", stack_id(&created)), None).await;
+    let status = api
+        .call(Method::GET, &format!("/stacks/{}/status", stack_id(&created)), None)
+        .await;
     assert_eq!(status.json["target_port"], 80);
     assert_eq!(status.json["node_port"], created.json["node_port"]);
 }
@@ -136,24 +192,50 @@ async fn v0_create_with_a_scalar_port() {
 async fn invalid_requests_answer_400_and_leave_nothing() {
     let api = ApiHarness::start().await;
     let not_json = api
-        .send(Request::post("/stacks").header("x-api-key", API_KEY).body(Body::from("{nope")).unwrap())
+        .send(
+            Request::post("/stacks")
+                .header("x-api-key", API_KEY)
+                .body(Body::from("{nope"))
+                .unwrap(),
+        )
         .await;
-    assert_eq!((not_json.status, not_json.json), (400, json!({"error": "invalid json body"})));
+    assert_eq!(
+        (not_json.status, not_json.json),
+        (400, json!({"error": "invalid json body"}))
+    );
     let hostile = WEB_POD.replace("  containers:\n", "  hostNetwork: true\n  containers:\n");
     let rejected = api.create(&hostile, json!(80)).await;
     assert_eq!(rejected.status, 400);
     let message = rejected.json["error"].as_str().unwrap();
-    assert!(message.starts_with("invalid pod spec: ") && message.contains("spec.hostNetwork"), "{message}");
-    let privileged = WEB_POD.replace("      ports:\n", "      securityContext:\n        privileged: true\n      ports:\n");
+    assert!(
+        message.starts_with("invalid pod spec: ") && message.contains("spec.hostNetwork"),
+        "{message}"
+    );
+    let privileged = WEB_POD.replace(
+        "      ports:\n",
+        "      securityContext:\n        privileged: true\n      ports:\n",
+    );
     let rejected = api.create(&privileged, json!(80)).await;
     assert_eq!(rejected.status, 400);
-    assert!(rejected.json["error"].as_str().unwrap().contains("spec.containers[0].securityContext"), "{}", rejected.json);
+    assert!(
+        rejected.json["error"]
+            .as_str()
+            .unwrap()
+            .contains("spec.containers[0].securityContext"),
+        "{}",
+        rejected.json
+    );
     let undeclared = api.create(WEB_POD, json!(8080)).await;
     assert_eq!(undeclared.status, 400, "{}", undeclared.json);
     assert!(undeclared.json["error"].as_str().unwrap().contains("8080"));
     let too_many: Vec<Value> = (1..=25).map(|p| json!({"container_port": p})).collect();
     assert_eq!(api.create(WEB_POD, Value::Array(too_many)).await.status, 400);
-    let duplicate = api.create(WEB_POD, json!([{"container_port": 80}, {"container_port": 80, "protocol": "TCP"}])).await;
+    let duplicate = api
+        .create(
+            WEB_POD,
+            json!([{"container_port": 80}, {"container_port": 80, "protocol": "TCP"}]),
+        )
+        .await;
     assert_eq!(duplicate.status, 400);
     api.assert_nothing_left().await;
 }
@@ -169,17 +251,29 @@ async fn routes_methods_and_body_limits_answer_json() {
     assert!(wrong_method.json["error"].is_string());
     let huge = "x".repeat(1024 * 1024 + 10);
     let too_big = api
-        .send(Request::post("/stacks").header("x-api-key", API_KEY).body(Body::from(huge)).unwrap())
+        .send(
+            Request::post("/stacks")
+                .header("x-api-key", API_KEY)
+                .body(Body::from(huge))
+                .unwrap(),
+        )
         .await;
     assert_eq!(too_big.status, 413);
     assert!(too_big.json["error"].is_string());
     let missing = api.call(Method::GET, "/stacks/stack-0123456789abcdef", None).await;
-    assert_eq!((missing.status, missing.json), (404, json!({"error": "stack not found"})));
+    assert_eq!(
+        (missing.status, missing.json),
+        (404, json!({"error": "stack not found"}))
+    );
     let malformed_id = api.call(Method::GET, "/stacks/not-a-stack/status", None).await;
     assert_eq!(malformed_id.status, 404);
-    let no_job = api.call(Method::GET, "/stacks/batch-delete/job-0123456789abcdef", None).await;
+    let no_job = api
+        .call(Method::GET, "/stacks/batch-delete/job-0123456789abcdef", None)
+        .await;
     assert_eq!(no_job.status, 404);
-    let renew_missing = api.call(Method::POST, "/stacks/stack-0123456789abcdef/renew", None).await;
+    let renew_missing = api
+        .call(Method::POST, "/stacks/stack-0123456789abcdef/renew", None)
+        .await;
     assert_eq!(renew_missing.status, 404);
 }
 
@@ -189,7 +283,11 @@ async fn unschedulable_pod_is_503_with_retry_after_and_nothing_left() {
     let huge = WEB_POD.replace("cpu: 100m", "cpu: \"500\"");
     let refused = api.create(&huge, json!(80)).await;
     assert_eq!(refused.status, 503, "{}", refused.json);
-    assert!(refused.json["error"].as_str().unwrap().starts_with("cluster saturated"), "{}", refused.json);
+    assert!(
+        refused.json["error"].as_str().unwrap().starts_with("cluster saturated"),
+        "{}",
+        refused.json
+    );
     assert!(refused.headers.contains_key("retry-after"));
     api.assert_nothing_left().await;
 }
@@ -204,7 +302,10 @@ async fn resource_quota_exhausted_is_503_and_limit_range_violation_is_400() {
         "metadata": {"name": "one-pod"}, "spec": {"hard": {"pods": "1"}}
     }))
     .unwrap();
-    kube::Api::<ResourceQuota>::namespaced(api.env.kube().clone(), &api.namespace).create(&PostParams::default(), &quota).await.unwrap();
+    kube::Api::<ResourceQuota>::namespaced(api.env.kube.clone(), &api.namespace)
+        .create(&PostParams::default(), &quota)
+        .await
+        .unwrap();
     // The quota controller fills in usage asynchronously; until then admission refuses all pods too.
     let mut refused = api.create(WEB_POD, json!(80)).await;
     for _ in 0..20 {
@@ -215,20 +316,27 @@ async fn resource_quota_exhausted_is_503_and_limit_range_violation_is_400() {
         refused = api.create(WEB_POD, json!(80)).await;
     }
     assert_eq!(refused.status, 503, "{}", refused.json);
-    assert!(refused.json["error"].as_str().unwrap().starts_with("cluster saturated"), "{}", refused.json);
+    assert!(
+        refused.json["error"].as_str().unwrap().starts_with("cluster saturated"),
+        "{}",
+        refused.json
+    );
     assert!(refused.headers.contains_key("retry-after"));
     assert_eq!(api.records().await.len(), 1);
     assert_eq!(api.managed_pods().await.len(), 1);
     assert_eq!(api.managed_services().await.len(), 1);
 
-    let quotas = kube::Api::<ResourceQuota>::namespaced(api.env.kube().clone(), &api.namespace);
+    let quotas = kube::Api::<ResourceQuota>::namespaced(api.env.kube.clone(), &api.namespace);
     quotas.delete("one-pod", &DeleteParams::default()).await.unwrap();
     let limits: LimitRange = serde_json::from_value(json!({
         "metadata": {"name": "small"},
         "spec": {"limits": [{"type": "Container", "max": {"cpu": "200m"}}]}
     }))
     .unwrap();
-    kube::Api::<LimitRange>::namespaced(api.env.kube().clone(), &api.namespace).create(&PostParams::default(), &limits).await.unwrap();
+    kube::Api::<LimitRange>::namespaced(api.env.kube.clone(), &api.namespace)
+        .create(&PostParams::default(), &limits)
+        .await
+        .unwrap();
     let big = WEB_POD.replace("cpu: 100m", "cpu: 500m");
     let violation = api.create(&big, json!(80)).await;
     assert_eq!(violation.status, 400, "{}", violation.json);
@@ -244,10 +352,18 @@ async fn missing_ingress_policy_refuses_creation_when_required() {
     assert!(refused.headers.contains_key("retry-after"));
     api.assert_nothing_left().await;
     // The namespace was prepared with the egress guard; an ingress policy unlocks creation.
-    let policies = kube::Api::<k8s_openapi::api::networking::v1::NetworkPolicy>::namespaced(api.env.kube().clone(), &api.namespace);
+    let policies =
+        kube::Api::<k8s_openapi::api::networking::v1::NetworkPolicy>::namespaced(api.env.kube.clone(), &api.namespace);
     let guard = policies.get("stack-provisioner-egress-guard").await.unwrap();
-    let except = &guard.spec.unwrap().egress.unwrap()[0].to.as_ref().unwrap()[0].ip_block.as_ref().unwrap().except;
-    assert!(except.as_ref().unwrap().contains(&"169.254.0.0/16".to_owned()));
+    let egress = guard.spec.unwrap().egress.unwrap();
+    let except = egress[0].to.as_ref().unwrap()[0]
+        .ip_block
+        .as_ref()
+        .unwrap()
+        .except
+        .clone()
+        .unwrap();
+    assert!(except.contains(&"169.254.0.0/16".to_owned()));
     let ingress: k8s_openapi::api::networking::v1::NetworkPolicy = serde_json::from_value(json!({
         "metadata": {"name": "deny-ingress"}, "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}
     }))
@@ -264,11 +380,19 @@ async fn node_port_exhaustion_is_503() {
     assert_eq!(first.status, 201, "{}", first.json);
     assert_eq!(first.json["node_port"], 30123);
     let second = api.create(WEB_POD, json!(80)).await;
-    assert_eq!((second.status, second.json.clone()), (503, json!({"error": "no available nodeport"})));
+    assert_eq!(
+        (second.status, second.json.clone()),
+        (503, json!({"error": "no available nodeport"}))
+    );
     assert!(second.headers.contains_key("retry-after"));
     assert_eq!(api.managed_pods().await.len(), 1);
     // Deleting frees the port for the next create.
-    assert_eq!(api.call(Method::DELETE, &format!("/stacks/{}", stack_id(&first)), None).await.status, 200);
+    assert_eq!(
+        api.call(Method::DELETE, &format!("/stacks/{}", stack_id(&first)), None)
+            .await
+            .status,
+        200
+    );
     assert_eq!(api.create(WEB_POD, json!(80)).await.status, 201);
 }
 
@@ -276,7 +400,16 @@ async fn node_port_exhaustion_is_503() {
 async fn stack_whose_pod_was_deleted_behind_our_back_is_gone() {
     let api = ApiHarness::start().await;
     let id = stack_id(&api.create(WEB_POD, json!(80)).await);
-    api.pods_api().delete(&id, &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() }).await.unwrap();
+    api.pods_api()
+        .delete(
+            &id,
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..DeleteParams::default()
+            },
+        )
+        .await
+        .unwrap();
     let status = api.call(Method::GET, &format!("/stacks/{id}/status"), None).await;
     assert_eq!(status.status, 404);
     api.assert_nothing_left().await;
@@ -285,15 +418,23 @@ async fn stack_whose_pod_was_deleted_behind_our_back_is_gone() {
 #[tokio::test]
 async fn stack_whose_node_was_deleted_is_gone() {
     // Its own node role, so deleting the node touches no other test.
-    let role = stack_tests::env::TestEnv::connect().await.unique_name("solo");
+    let role = stack_tests::env::unique_name("solo");
     let api = ApiHarness::with_env(&[("STACK_NODE_ROLE", &role)]).await;
-    let node = api.env.add_node(&role, "203.0.113.200").await;
+    let node = format!("{role}-node");
+    let simulated = SimulatedNode::new(&node).role(&role).external_ip("203.0.113.200");
+    stack_tests::env::nodes::add_node(&api.env.kube, &simulated)
+        .await
+        .unwrap();
     let created = api.create(WEB_POD, json!(80)).await;
     assert_eq!(created.status, 201, "{}", created.json);
     assert_eq!(created.json["node_id"], node.as_str());
     assert_eq!(created.json["node_public_ip"], "203.0.113.200");
-    api.env.delete_node(&node).await;
-    let got = api.call(Method::GET, &format!("/stacks/{}", stack_id(&created)), None).await;
+    stack_tests::env::nodes::delete_node(&api.env.kube, &node)
+        .await
+        .unwrap();
+    let got = api
+        .call(Method::GET, &format!("/stacks/{}", stack_id(&created)), None)
+        .await;
     assert_eq!(got.status, 404);
     api.assert_nothing_left().await;
 }
@@ -305,7 +446,9 @@ async fn repeated_idempotency_key_makes_one_stack() {
         Request::post("/stacks")
             .header("x-api-key", API_KEY)
             .header("idempotency-key", key)
-            .body(Body::from(json!({"pod_spec": WEB_POD, "target_port": port}).to_string()))
+            .body(Body::from(
+                json!({"pod_spec": WEB_POD, "target_port": port}).to_string(),
+            ))
             .unwrap()
     };
     let first = api.send(request("key-1", 80)).await;
@@ -319,7 +462,12 @@ async fn repeated_idempotency_key_makes_one_stack() {
     assert_eq!(api.records().await.len(), 1);
     assert_eq!(api.managed_pods().await.len(), 1);
     // Deleting the stack frees the key with it.
-    assert_eq!(api.call(Method::DELETE, &format!("/stacks/{}", stack_id(&first)), None).await.status, 200);
+    assert_eq!(
+        api.call(Method::DELETE, &format!("/stacks/{}", stack_id(&first)), None)
+            .await
+            .status,
+        200
+    );
     api.assert_nothing_left().await;
 }
 
@@ -338,7 +486,9 @@ async fn renew_extends_ttl_up_to_the_maximum_lifetime() {
     // Renewals stop at created_at + max lifetime.
     let api_capped = ApiHarness::with_env(&[("STACK_TTL", "1h"), ("STACK_MAX_LIFETIME", "1h")]).await;
     let capped = api_capped.create(WEB_POD, json!(80)).await;
-    let refused = api_capped.call(Method::POST, &format!("/stacks/{}/renew", stack_id(&capped)), None).await;
+    let refused = api_capped
+        .call(Method::POST, &format!("/stacks/{}/renew", stack_id(&capped)), None)
+        .await;
     assert_eq!(refused.status, 409, "{}", refused.json);
     assert!(after <= created_at + jiff::SignedDuration::from_mins(90));
 }
@@ -346,10 +496,22 @@ async fn renew_extends_ttl_up_to_the_maximum_lifetime() {
 #[tokio::test]
 async fn batch_delete_is_a_durable_job() {
     let api = ApiHarness::start().await;
-    let ids: Vec<String> = futures::future::join_all((0..3).map(|_| api.create(WEB_POD, json!(80)))).await.iter().map(stack_id).collect();
-    let blank = api.call(Method::POST, "/stacks/batch-delete", Some(json!({"stack_ids": [ids[0], "  "]}))).await;
+    let ids: Vec<String> = futures::future::join_all((0..3).map(|_| api.create(WEB_POD, json!(80))))
+        .await
+        .iter()
+        .map(stack_id)
+        .collect();
+    let blank = api
+        .call(
+            Method::POST,
+            "/stacks/batch-delete",
+            Some(json!({"stack_ids": [ids[0], "  "]})),
+        )
+        .await;
     assert_eq!((blank.status, blank.json), (400, json!({"error": "invalid stack_ids"})));
-    let none = api.call(Method::POST, "/stacks/batch-delete", Some(json!({"stack_ids": []}))).await;
+    let none = api
+        .call(Method::POST, "/stacks/batch-delete", Some(json!({"stack_ids": []})))
+        .await;
     assert_eq!((none.status, none.json), (400, json!({"error": "invalid input"})));
     let body = json!({"stack_ids": [format!(" {} ", ids[0]), ids[1], ids[1], "stack-0123456789abcdef"]});
     let accepted = api.call(Method::POST, "/stacks/batch-delete", Some(body)).await;
@@ -358,16 +520,32 @@ async fn batch_delete_is_a_durable_job() {
     assert!(job_id.starts_with("job-") && job_id.len() == 20);
     let mut job = Value::Null;
     for _ in 0..100 {
-        job = api.call(Method::GET, &format!("/stacks/batch-delete/{job_id}"), None).await.json;
+        job = api
+            .call(Method::GET, &format!("/stacks/batch-delete/{job_id}"), None)
+            .await
+            .json;
         if job["status"] == "completed" {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert_eq!(job["status"], "completed", "{job}");
-    assert_eq!((job["total"].as_u64(), job["deleted"].as_u64(), job["not_found"].as_u64(), job["failed"].as_u64()), (Some(3), Some(2), Some(1), Some(0)));
+    assert_eq!(
+        (
+            job["total"].as_u64(),
+            job["deleted"].as_u64(),
+            job["not_found"].as_u64(),
+            job["failed"].as_u64()
+        ),
+        (Some(3), Some(2), Some(1), Some(0))
+    );
     assert!(job.get("errors").is_none(), "{job}");
-    let left: HashSet<String> = api.records().await.into_iter().map(|r| r.stack_id.to_string()).collect();
+    let left: HashSet<String> = api
+        .records()
+        .await
+        .into_iter()
+        .map(|r| r.stack_id.to_string())
+        .collect();
     assert_eq!(left, HashSet::from([ids[2].clone()]));
 }
 
@@ -378,7 +556,9 @@ async fn fifty_concurrent_creates_then_fifty_concurrent_deletes() {
         let request = Request::post("/stacks")
             .header("x-api-key", API_KEY)
             .header("idempotency-key", format!("bulk-{i}"))
-            .body(Body::from(json!({"pod_spec": WEB_POD, "target_port": [{"container_port": 80}]}).to_string()))
+            .body(Body::from(
+                json!({"pod_spec": WEB_POD, "target_port": [{"container_port": 80}]}).to_string(),
+            ))
             .unwrap();
         api.send(request)
     });
@@ -388,13 +568,23 @@ async fn fifty_concurrent_creates_then_fifty_concurrent_deletes() {
     }
     let ports: HashSet<u64> = replies.iter().map(|r| r.json["node_port"].as_u64().unwrap()).collect();
     assert_eq!(ports.len(), 50, "node ports must be distinct");
-    let stack_nodes = api.env.stack_node_names().await;
+    let stack_nodes: HashSet<String> = kube::Api::<k8s_openapi::api::core::v1::Node>::all(api.env.kube.clone())
+        .list(&kube::api::ListParams::default().labels("role=stack"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
     for pod in api.managed_pods().await {
         let node = pod.spec.unwrap().node_name.unwrap_or_default();
         assert!(stack_nodes.contains(&node), "pod on {node:?}, not a role=stack node");
     }
     let api = &api;
-    let deletes = replies.iter().map(|r| async move { api.call(Method::DELETE, &format!("/stacks/{}", stack_id(r)), None).await });
+    let deletes = replies.iter().map(|r| async move {
+        api.call(Method::DELETE, &format!("/stacks/{}", stack_id(r)), None)
+            .await
+    });
     for reply in futures::future::join_all(deletes).await {
         assert_eq!(reply.status, 200, "{}", reply.json);
     }

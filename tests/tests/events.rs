@@ -35,11 +35,20 @@ async fn every_sample_event_reaches_its_route() {
         if name == "scheduled.json" || path.extension().is_none_or(|e| e != "json") {
             continue;
         }
-        let (_, status, error) = EXPECTED.iter().find(|(n, ..)| *n == name).unwrap_or_else(|| panic!("no expectation for events/{name}"));
+        let (_, status, error) = EXPECTED
+            .iter()
+            .find(|(n, ..)| *n == name)
+            .unwrap_or_else(|| panic!("no expectation for events/{name}"));
         let text = std::fs::read_to_string(&path).unwrap();
-        let request = lambda_http::request::from_str(&text).unwrap_or_else(|e| panic!("events/{name} is not an API Gateway event: {e}"));
+        let request = lambda_http::request::from_str(&text)
+            .unwrap_or_else(|e| panic!("events/{name} is not an API Gateway event: {e}"));
         let request = stack_api::lambda::strip_stage(request);
-        let response = api.router.clone().oneshot(request.map(axum::body::Body::new)).await.unwrap();
+        let response = api
+            .router
+            .clone()
+            .oneshot(request.map(axum::body::Body::new))
+            .await
+            .unwrap();
         let got = response.status().as_u16();
         let body: Value = serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
         assert_eq!(got, *status, "events/{name}: {body}");

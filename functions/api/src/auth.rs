@@ -14,10 +14,21 @@ pub async fn require_api_key(State(state): State<AppState>, request: Request, ne
     let Some(expected) = state.api_key.as_deref() else {
         return next.run(request).await;
     };
-    let from_header = request.headers().get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty());
-    let presented = from_header.map(str::to_owned).or_else(|| query_api_key(request.uri().query()));
+    let from_header = request
+        .headers()
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty());
+    let presented = from_header
+        .map(str::to_owned)
+        .or_else(|| query_api_key(request.uri().query()));
     let valid = presented.is_some_and(|key| bool::from(key.as_bytes().ct_eq(expected.as_bytes())));
-    if valid { next.run(request).await } else { ApiError::new(StatusCode::UNAUTHORIZED, "invalid api key").into_response() }
+    if valid {
+        next.run(request).await
+    } else {
+        ApiError::new(StatusCode::UNAUTHORIZED, "invalid api key").into_response()
+    }
 }
 
 fn query_api_key(query: Option<&str>) -> Option<String> {
@@ -29,7 +40,11 @@ fn query_api_key(query: Option<&str>) -> Option<String> {
 
 /// Removes `api_key` from a query string so that it can be logged.
 pub fn redact_query(query: &str) -> String {
-    query.split('&').filter(|pair| !pair.starts_with("api_key=") && *pair != "api_key").collect::<Vec<_>>().join("&")
+    query
+        .split('&')
+        .filter(|pair| !pair.starts_with("api_key=") && *pair != "api_key")
+        .collect::<Vec<_>>()
+        .join("&")
 }
 
 #[cfg(test)]

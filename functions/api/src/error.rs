@@ -17,7 +17,10 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
-        Self { status, message: message.into() }
+        Self {
+            status,
+            message: message.into(),
+        }
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -39,7 +42,9 @@ impl From<StackError> for ApiError {
             StackError::Invalid(_) => StatusCode::BAD_REQUEST,
             StackError::NotFound | StackError::JobNotFound => StatusCode::NOT_FOUND,
             StackError::Conflict(_) => StatusCode::CONFLICT,
-            StackError::NoNodePort | StackError::Saturated(_) | StackError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            StackError::NoNodePort | StackError::Saturated(_) | StackError::Unavailable(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             StackError::Store(_) | StackError::Cluster(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         if status.is_server_error() && status != StatusCode::SERVICE_UNAVAILABLE {
@@ -55,7 +60,9 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.status, Json(json!({ "error": self.message }))).into_response();
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
         }
         response
     }

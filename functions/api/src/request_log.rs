@@ -19,9 +19,17 @@ pub async fn log_request(request: Request, next: Next) -> Response {
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_owned())
         .unwrap_or_else(|| "unmatched".to_owned());
-    let path_stack_id = route.contains("{stack_id}").then(|| stack_id_in_path(request.uri().path())).flatten();
+    let path_stack_id = route
+        .contains("{stack_id}")
+        .then(|| stack_id_in_path(request.uri().path()))
+        .flatten();
     let response = next.run(request).await;
-    let stack_id = response.extensions().get::<LoggedStackId>().map(|s| s.0.clone()).or(path_stack_id).unwrap_or_default();
+    let stack_id = response
+        .extensions()
+        .get::<LoggedStackId>()
+        .map(|s| s.0.clone())
+        .or(path_stack_id)
+        .unwrap_or_default();
     tracing::info!(
         method = %method,
         route = %route,
@@ -34,5 +42,7 @@ pub async fn log_request(request: Request, next: Next) -> Response {
 }
 
 fn stack_id_in_path(path: &str) -> Option<String> {
-    path.split('/').find(|seg| seg.starts_with("stack-")).map(|s| s.chars().take(64).collect())
+    path.split('/')
+        .find(|seg| seg.starts_with("stack-"))
+        .map(|s| s.chars().take(64).collect())
 }

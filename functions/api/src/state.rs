@@ -26,21 +26,37 @@ pub enum InitError {
 impl AppState {
     pub async fn from_config(config: Config) -> Result<Self, InitError> {
         let aws = stack_core::aws::load_sdk_config().await;
-        let store = Store::new(aws_sdk_dynamodb::Client::new(&aws), &config.table, config.consistent_read);
+        let store = Store::new(
+            aws_sdk_dynamodb::Client::new(&aws),
+            &config.table,
+            config.consistent_read,
+        );
         let client = cluster::connect(&config, &aws).await?;
         Ok(Self::with_clients(config, store, client)?)
     }
 
     /// State over existing clients (tests build their own).
-    pub fn with_clients(config: Config, store: Store, client: kube::Client) -> Result<Self, stack_core::config::ConfigError> {
+    pub fn with_clients(
+        config: Config,
+        store: Store,
+        client: kube::Client,
+    ) -> Result<Self, stack_core::config::ConfigError> {
         let policy = ValidationPolicy::from_config(&config)?;
         let namespace_policy = NamespacePolicy {
             deny_egress_cidrs: config.deny_egress_cidrs.clone(),
             require_ingress_policy: config.require_ingress_network_policy,
         };
-        let cluster = Cluster::new(client, &config.namespace, namespace_policy, (config.nodeport_min, config.nodeport_max));
+        let cluster = Cluster::new(
+            client,
+            &config.namespace,
+            namespace_policy,
+            (config.nodeport_min, config.nodeport_max),
+        );
         let api_key = config.api_key.as_deref().map(Arc::from);
         let stacks = Stacks::new(Arc::new(config), store, cluster, policy);
-        Ok(Self { stacks: Arc::new(stacks), api_key })
+        Ok(Self {
+            stacks: Arc::new(stacks),
+            api_key,
+        })
     }
 }

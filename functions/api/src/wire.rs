@@ -90,13 +90,22 @@ pub fn parse_create_body(body: &[u8]) -> Result<CreateBody, ApiError> {
     let object = value.as_object().ok_or_else(ApiError::invalid_json)?;
     let pod_spec = match object.get("pod_spec") {
         Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
-        Some(Value::String(_)) | None | Some(Value::Null) => return Err(ApiError::bad_request("invalid pod spec: pod_spec is required")),
+        Some(Value::String(_)) | None | Some(Value::Null) => {
+            return Err(ApiError::bad_request("invalid pod spec: pod_spec is required"));
+        }
         Some(_) => return Err(ApiError::invalid_json()),
     };
     let target_ports = match object.get("target_port") {
         None | Some(Value::Null) => return Err(ApiError::bad_request("target_port is required")),
-        Some(Value::Number(n)) => vec![TargetPort { container_port: port_number(n.as_i64(), "target_port")?, protocol: Protocol::Tcp }],
-        Some(Value::Array(items)) => items.iter().enumerate().map(|(i, item)| target_port(i, item)).collect::<Result<_, _>>()?,
+        Some(Value::Number(n)) => vec![TargetPort {
+            container_port: port_number(n.as_i64(), "target_port")?,
+            protocol: Protocol::Tcp,
+        }],
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| target_port(i, item))
+            .collect::<Result<_, _>>()?,
         Some(_) => return Err(ApiError::invalid_json()),
     };
     Ok(CreateBody { pod_spec, target_ports })
@@ -106,7 +115,11 @@ fn target_port(index: usize, item: &Value) -> Result<TargetPort, ApiError> {
     let object = item.as_object().ok_or_else(ApiError::invalid_json)?;
     let container_port = match object.get("container_port") {
         Some(Value::Number(n)) => port_number(n.as_i64(), &format!("target_port[{index}].container_port"))?,
-        None | Some(Value::Null) => return Err(ApiError::bad_request(format!("target_port[{index}].container_port is required"))),
+        None | Some(Value::Null) => {
+            return Err(ApiError::bad_request(format!(
+                "target_port[{index}].container_port is required"
+            )));
+        }
         Some(_) => return Err(ApiError::invalid_json()),
     };
     let protocol = match object.get("protocol") {
@@ -115,7 +128,10 @@ fn target_port(index: usize, item: &Value) -> Result<TargetPort, ApiError> {
             .ok_or_else(|| ApiError::bad_request(format!("target_port[{index}].protocol must be TCP or UDP")))?,
         Some(_) => return Err(ApiError::invalid_json()),
     };
-    Ok(TargetPort { container_port, protocol })
+    Ok(TargetPort {
+        container_port,
+        protocol,
+    })
 }
 
 fn port_number(n: Option<i64>, field: &str) -> Result<u16, ApiError> {
@@ -138,25 +154,55 @@ mod tests {
         assert_eq!(
             v1.target_ports,
             vec![
-                TargetPort { container_port: 80, protocol: Protocol::Udp },
-                TargetPort { container_port: 22, protocol: Protocol::Tcp }
+                TargetPort {
+                    container_port: 80,
+                    protocol: Protocol::Udp
+                },
+                TargetPort {
+                    container_port: 22,
+                    protocol: Protocol::Tcp
+                }
             ]
         );
         let v0 = parse(r#"{"pod_spec":"x","target_port":8080}"#).unwrap();
-        assert_eq!(v0.target_ports, vec![TargetPort { container_port: 8080, protocol: Protocol::Tcp }]);
+        assert_eq!(
+            v0.target_ports,
+            vec![TargetPort {
+                container_port: 8080,
+                protocol: Protocol::Tcp
+            }]
+        );
     }
 
     #[test]
     fn bad_bodies_name_the_problem() {
         assert_eq!(parse("not json").unwrap_err(), "400 invalid json body");
         assert_eq!(parse("[]").unwrap_err(), "400 invalid json body");
-        assert_eq!(parse(r#"{"pod_spec":5,"target_port":80}"#).unwrap_err(), "400 invalid json body");
-        assert_eq!(parse(r#"{"pod_spec":"x","target_port":"80"}"#).unwrap_err(), "400 invalid json body");
-        assert_eq!(parse(r#"{"pod_spec":"x","target_port":[{"container_port":"80"}]}"#).unwrap_err(), "400 invalid json body");
-        assert_eq!(parse(r#"{"target_port":80}"#).unwrap_err(), "400 invalid pod spec: pod_spec is required");
+        assert_eq!(
+            parse(r#"{"pod_spec":5,"target_port":80}"#).unwrap_err(),
+            "400 invalid json body"
+        );
+        assert_eq!(
+            parse(r#"{"pod_spec":"x","target_port":"80"}"#).unwrap_err(),
+            "400 invalid json body"
+        );
+        assert_eq!(
+            parse(r#"{"pod_spec":"x","target_port":[{"container_port":"80"}]}"#).unwrap_err(),
+            "400 invalid json body"
+        );
+        assert_eq!(
+            parse(r#"{"target_port":80}"#).unwrap_err(),
+            "400 invalid pod spec: pod_spec is required"
+        );
         assert_eq!(parse(r#"{"pod_spec":"x"}"#).unwrap_err(), "400 target_port is required");
-        assert_eq!(parse(r#"{"pod_spec":"x","target_port":70000}"#).unwrap_err(), "400 target_port must be in 1..65535");
-        assert_eq!(parse(r#"{"pod_spec":"x","target_port":0}"#).unwrap_err(), "400 target_port must be in 1..65535");
+        assert_eq!(
+            parse(r#"{"pod_spec":"x","target_port":70000}"#).unwrap_err(),
+            "400 target_port must be in 1..65535"
+        );
+        assert_eq!(
+            parse(r#"{"pod_spec":"x","target_port":0}"#).unwrap_err(),
+            "400 target_port must be in 1..65535"
+        );
         assert_eq!(
             parse(r#"{"pod_spec":"x","target_port":[{"container_port":80,"protocol":"sctp"}]}"#).unwrap_err(),
             "400 target_port[0].protocol must be TCP or UDP"

@@ -18,14 +18,19 @@ pub async fn connect(config: &Config, aws: &aws_config::SdkConfig) -> Result<kub
     if let Some(cluster) = &config.eks_cluster_name {
         // EKS_WIRING: replaced by crate::eks::eks_kube_client once that module lands.
         let _ = aws;
-        return Err(ClusterError::Setup(format!("EKS cluster {cluster}: EKS auth not wired yet")));
+        return Err(ClusterError::Setup(format!(
+            "EKS cluster {cluster}: EKS auth not wired yet"
+        )));
     }
     let kubeconfig = match &config.kubeconfig {
         Some(path) => Kubeconfig::read_from(path),
         None => Kubeconfig::read(),
     }
     .map_err(|e| ClusterError::Setup(format!("reading kubeconfig: {e}")))?;
-    let options = KubeConfigOptions { context: config.kube_context.clone(), ..KubeConfigOptions::default() };
+    let options = KubeConfigOptions {
+        context: config.kube_context.clone(),
+        ..KubeConfigOptions::default()
+    };
     let mut client_config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
         .await
         .map_err(|e| ClusterError::Setup(format!("loading kubeconfig: {e}")))?;

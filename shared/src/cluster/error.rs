@@ -42,7 +42,10 @@ impl ClusterError {
                     ClusterError::Api { operation, message }
                 }
             }
-            _ => ClusterError::Api { operation, message: err.to_string() },
+            _ => ClusterError::Api {
+                operation,
+                message: err.to_string(),
+            },
         }
     }
 }
@@ -76,7 +79,11 @@ pub(crate) fn taken_node_ports(err: &kube::Error) -> Option<HashSet<u16>> {
 
 fn first_number_after(text: &str, marker: &str) -> Option<u16> {
     let rest = text.split(marker).nth(1).unwrap_or(text);
-    let digits: String = rest.chars().skip_while(|c| !c.is_ascii_digit()).take_while(char::is_ascii_digit).collect();
+    let digits: String = rest
+        .chars()
+        .skip_while(|c| !c.is_ascii_digit())
+        .take_while(char::is_ascii_digit)
+        .collect();
     digits.parse().ok()
 }
 
@@ -92,20 +99,41 @@ mod tests {
     #[test]
     fn admission_errors_are_sorted_for_the_client() {
         let quota = "pods \"stack-1\" is forbidden: exceeded quota: q, requested: cpu=2, used: cpu=1, limited: cpu=2";
-        assert!(matches!(ClusterError::from_kube("create pod", api_error(403, quota)), ClusterError::Saturated(_)));
+        assert!(matches!(
+            ClusterError::from_kube("create pod", api_error(403, quota)),
+            ClusterError::Saturated(_)
+        ));
         let limit = "pods \"stack-1\" is forbidden: maximum cpu usage per Container is 1, but limit is 2";
-        assert!(matches!(ClusterError::from_kube("create pod", api_error(403, limit)), ClusterError::Rejected(_)));
+        assert!(matches!(
+            ClusterError::from_kube("create pod", api_error(403, limit)),
+            ClusterError::Rejected(_)
+        ));
         let rbac = "pods is forbidden: User \"x\" cannot create resource \"pods\"";
-        assert!(matches!(ClusterError::from_kube("create pod", api_error(403, rbac)), ClusterError::Api { .. }));
-        assert!(matches!(ClusterError::from_kube("get pod", api_error(404, "not found")), ClusterError::NotFound));
-        assert!(matches!(ClusterError::from_kube("get pod", api_error(500, "boom")), ClusterError::Api { .. }));
+        assert!(matches!(
+            ClusterError::from_kube("create pod", api_error(403, rbac)),
+            ClusterError::Api { .. }
+        ));
+        assert!(matches!(
+            ClusterError::from_kube("get pod", api_error(404, "not found")),
+            ClusterError::NotFound
+        ));
+        assert!(matches!(
+            ClusterError::from_kube("get pod", api_error(500, "boom")),
+            ClusterError::Api { .. }
+        ));
     }
 
     #[test]
     fn taken_ports_are_read_from_the_message() {
         let msg = "Service \"svc\" is invalid: [spec.ports[0].nodePort: Invalid value: 31001: provided port is already allocated, spec.ports[2].nodePort: Invalid value: 31500: provided port is already allocated]";
-        assert_eq!(taken_node_ports(&api_error(422, msg)), Some(HashSet::from([31001, 31500])));
-        assert_eq!(taken_node_ports(&api_error(422, "spec.ports[0].port: Invalid value")), None);
+        assert_eq!(
+            taken_node_ports(&api_error(422, msg)),
+            Some(HashSet::from([31001, 31500]))
+        );
+        assert_eq!(
+            taken_node_ports(&api_error(422, "spec.ports[0].port: Invalid value")),
+            None
+        );
         assert_eq!(taken_node_ports(&api_error(409, msg)), None);
     }
 }

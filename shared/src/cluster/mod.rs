@@ -64,7 +64,11 @@ impl Cluster {
 
     /// Proves the apiserver answers and accepts our credentials.
     pub async fn ping(&self) -> Result<(), ClusterError> {
-        self.client.apiserver_version().await.map(|_| ()).map_err(|e| ClusterError::from_kube("get version", e))
+        self.client
+            .apiserver_version()
+            .await
+            .map(|_| ())
+            .map_err(|e| ClusterError::from_kube("get version", e))
     }
 
     /// Ensures the namespace and its guard rails exist and refuses creation when an ingress
@@ -74,12 +78,20 @@ impl Cluster {
     }
 
     pub async fn create_pod(&self, pod: &Pod) -> Result<Pod, ClusterError> {
-        self.pods.create(&PostParams::default(), pod).await.map_err(|e| ClusterError::from_kube("create pod", e))
+        self.pods
+            .create(&PostParams::default(), pod)
+            .await
+            .map_err(|e| ClusterError::from_kube("create pod", e))
     }
 
     /// Creates the stack's NodePort service, owned by `pod`, choosing free node ports in the
     /// configured range; the apiserver's allocator has the final word.
-    pub async fn create_service(&self, id: &StackId, targets: &[TargetPort], pod: &Pod) -> Result<Vec<PortMapping>, ClusterError> {
+    pub async fn create_service(
+        &self,
+        id: &StackId,
+        targets: &[TargetPort],
+        pod: &Pod,
+    ) -> Result<Vec<PortMapping>, ClusterError> {
         if self.ports.is_stale() {
             self.refresh_used_ports().await?;
         }
@@ -96,7 +108,11 @@ impl Cluster {
             let mappings: Vec<PortMapping> = targets
                 .iter()
                 .zip(&node_ports)
-                .map(|(t, &node_port)| PortMapping { container_port: t.container_port, protocol: t.protocol, node_port })
+                .map(|(t, &node_port)| PortMapping {
+                    container_port: t.container_port,
+                    protocol: t.protocol,
+                    node_port,
+                })
                 .collect();
             let service = stack_service(id, &self.namespace, &mappings, pod)?;
             match self.services.create(&PostParams::default(), &service).await {
@@ -119,7 +135,8 @@ impl Cluster {
 
     async fn refresh_used_ports(&self) -> Result<(), ClusterError> {
         let services = self.list_stack_services().await?;
-        self.ports.replace_used(services.iter().flat_map(objects::node_ports_of));
+        self.ports
+            .replace_used(services.iter().flat_map(objects::node_ports_of));
         Ok(())
     }
 
@@ -136,15 +153,24 @@ impl Cluster {
     }
 
     pub async fn get_pod(&self, name: &str) -> Result<Option<Pod>, ClusterError> {
-        self.pods.get_opt(name).await.map_err(|e| ClusterError::from_kube("get pod", e))
+        self.pods
+            .get_opt(name)
+            .await
+            .map_err(|e| ClusterError::from_kube("get pod", e))
     }
 
     pub async fn get_service(&self, name: &str) -> Result<Option<Service>, ClusterError> {
-        self.services.get_opt(name).await.map_err(|e| ClusterError::from_kube("get service", e))
+        self.services
+            .get_opt(name)
+            .await
+            .map_err(|e| ClusterError::from_kube("get service", e))
     }
 
     pub async fn get_node(&self, name: &str) -> Result<Option<Node>, ClusterError> {
-        self.nodes.get_opt(name).await.map_err(|e| ClusterError::from_kube("get node", e))
+        self.nodes
+            .get_opt(name)
+            .await
+            .map_err(|e| ClusterError::from_kube("get node", e))
     }
 
     /// Deletes the stack's service and pod; objects already gone count as deleted.
@@ -165,7 +191,17 @@ impl Cluster {
     }
 
     pub async fn delete_pod(&self, name: &str) -> Result<(), ClusterError> {
-        match self.pods.delete(name, &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::background() }).await {
+        match self
+            .pods
+            .delete(
+                name,
+                &DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..DeleteParams::background()
+                },
+            )
+            .await
+        {
             Ok(_) => Ok(()),
             Err(err) if is_not_found(&err) => Ok(()),
             Err(err) => Err(ClusterError::from_kube("delete pod", err)),
@@ -203,7 +239,10 @@ where
     let mut items = Vec::new();
     let mut params = params.clone().limit(LIST_PAGE);
     loop {
-        let page = api.list(&params).await.map_err(|e| ClusterError::from_kube("list", e))?;
+        let page = api
+            .list(&params)
+            .await
+            .map_err(|e| ClusterError::from_kube("list", e))?;
         items.extend(page.items);
         match page.metadata.continue_ {
             Some(token) if !token.is_empty() => params = params.continue_token(&token),

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::networking::v1::{
     IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyPeer, NetworkPolicySpec,
 };
@@ -42,7 +42,13 @@ pub(crate) struct NamespaceGuard {
 
 impl NamespaceGuard {
     pub(crate) fn new(client: Client, namespace: &str, policy: NamespacePolicy) -> Self {
-        Self { client, namespace: namespace.to_owned(), policy, ensured: OnceCell::new(), ingress_seen_at: Mutex::new(None) }
+        Self {
+            client,
+            namespace: namespace.to_owned(),
+            policy,
+            ensured: OnceCell::new(),
+            ingress_seen_at: Mutex::new(None),
+        }
     }
 
     pub(crate) async fn ensure(&self) -> Result<(), ClusterError> {
@@ -55,7 +61,11 @@ impl NamespaceGuard {
 
     async fn create_guard_rails(&self) -> Result<(), ClusterError> {
         let namespaces: Api<Namespace> = Api::all(self.client.clone());
-        match namespaces.get_opt(&self.namespace).await.map_err(|e| ClusterError::from_kube("get namespace", e))? {
+        match namespaces
+            .get_opt(&self.namespace)
+            .await
+            .map_err(|e| ClusterError::from_kube("get namespace", e))?
+        {
             Some(existing) => {
                 let labels = existing.metadata.labels.unwrap_or_default();
                 if labels.get("pod-security.kubernetes.io/enforce").is_none() {
@@ -63,32 +73,69 @@ impl NamespaceGuard {
                 }
             }
             None => {
-                let created = namespaces.create(&PostParams::default(), &namespace_object(&self.namespace)).await;
+                let created = namespaces
+                    .create(&PostParams::default(), &namespace_object(&self.namespace))
+                    .await;
                 match created {
                     Ok(_) => tracing::info!(namespace = %self.namespace, "created stack namespace"),
                     Err(kube::Error::Api(s)) if s.code == 409 => {}
                     Err(e) => return Err(ClusterError::from_kube("create namespace", e)),
                 }
+                self.ensure_default_service_account().await?;
             }
         }
         let policies: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), &self.namespace);
         let policy = egress_guard(&self.policy.deny_egress_cidrs);
         policies
-            .patch(EGRESS_POLICY_NAME, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&policy))
+            .patch(
+                EGRESS_POLICY_NAME,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&policy),
+            )
             .await
             .map_err(|e| ClusterError::from_kube("apply network policy", e))?;
         Ok(())
     }
 
+    /// Pod admission needs the `default` service account, which a controller creates shortly
+    /// after the namespace; creating it ourselves spares the first stack a spurious refusal.
+    async fn ensure_default_service_account(&self) -> Result<(), ClusterError> {
+        let accounts: Api<ServiceAccount> = Api::namespaced(self.client.clone(), &self.namespace);
+        let account = ServiceAccount {
+            metadata: ObjectMeta {
+                name: Some("default".to_owned()),
+                ..ObjectMeta::default()
+            },
+            automount_service_account_token: Some(false),
+            ..ServiceAccount::default()
+        };
+        match accounts.create(&PostParams::default(), &account).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(ClusterError::from_kube("create service account", e)),
+        }
+    }
+
     async fn check_ingress_policy(&self) -> Result<(), ClusterError> {
         let fresh = |seen: &Option<Instant>| seen.is_some_and(|at| at.elapsed() < INGRESS_CHECK_TTL);
-        if fresh(&self.ingress_seen_at.lock().unwrap_or_else(std::sync::PoisonError::into_inner)) {
+        if fresh(
+            &self
+                .ingress_seen_at
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        ) {
             return Ok(());
         }
         let policies: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), &self.namespace);
-        let list = policies.list(&ListParams::default()).await.map_err(|e| ClusterError::from_kube("list network policies", e))?;
+        let list = policies
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| ClusterError::from_kube("list network policies", e))?;
         if list.items.iter().any(restricts_ingress) {
-            *self.ingress_seen_at.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
+            *self
+                .ingress_seen_at
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
             Ok(())
         } else {
             Err(ClusterError::MissingIngressPolicy(self.namespace.clone()))
@@ -99,12 +146,19 @@ impl NamespaceGuard {
 fn namespace_object(name: &str) -> Namespace {
     let labels = BTreeMap::from([
         ("pod-security.kubernetes.io/enforce".to_owned(), "baseline".to_owned()),
-        ("pod-security.kubernetes.io/enforce-version".to_owned(), "latest".to_owned()),
+        (
+            "pod-security.kubernetes.io/enforce-version".to_owned(),
+            "latest".to_owned(),
+        ),
         ("pod-security.kubernetes.io/warn".to_owned(), "baseline".to_owned()),
         (MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned()),
     ]);
     Namespace {
-        metadata: ObjectMeta { name: Some(name.to_owned()), labels: Some(labels), ..ObjectMeta::default() },
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(labels),
+            ..ObjectMeta::default()
+        },
         ..Namespace::default()
     }
 }
@@ -113,20 +167,33 @@ fn namespace_object(name: &str) -> Namespace {
 pub(crate) fn egress_guard(deny: &[String]) -> NetworkPolicy {
     let (deny_v6, deny_v4): (Vec<&String>, Vec<&String>) = deny.iter().partition(|c| c.contains(':'));
     let block = |cidr: &str, except: Vec<String>| NetworkPolicyPeer {
-        ip_block: Some(IPBlock { cidr: cidr.to_owned(), except: Some(except) }),
+        ip_block: Some(IPBlock {
+            cidr: cidr.to_owned(),
+            except: Some(except),
+        }),
         ..NetworkPolicyPeer::default()
     };
-    let v4_except = std::iter::once(METADATA_V4.to_owned()).chain(deny_v4.into_iter().cloned()).collect();
-    let v6_except = std::iter::once(METADATA_V6.to_owned()).chain(deny_v6.into_iter().cloned()).collect();
+    let v4_except = std::iter::once(METADATA_V4.to_owned())
+        .chain(deny_v4.into_iter().cloned())
+        .collect();
+    let v6_except = std::iter::once(METADATA_V6.to_owned())
+        .chain(deny_v6.into_iter().cloned())
+        .collect();
     NetworkPolicy {
         metadata: ObjectMeta {
             name: Some(EGRESS_POLICY_NAME.to_owned()),
-            labels: Some(BTreeMap::from([(MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned())])),
+            labels: Some(BTreeMap::from([(
+                MANAGED_BY_LABEL.to_owned(),
+                MANAGED_BY_VALUE.to_owned(),
+            )])),
             ..ObjectMeta::default()
         },
         spec: Some(NetworkPolicySpec {
             pod_selector: Some(LabelSelector {
-                match_labels: Some(BTreeMap::from([(MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned())])),
+                match_labels: Some(BTreeMap::from([(
+                    MANAGED_BY_LABEL.to_owned(),
+                    MANAGED_BY_VALUE.to_owned(),
+                )])),
                 ..LabelSelector::default()
             }),
             policy_types: Some(vec!["Egress".to_owned()]),
@@ -155,7 +222,13 @@ mod tests {
     fn egress_guard_blocks_metadata_and_configured_cidrs() {
         let policy = egress_guard(&["10.0.0.0/8".into(), "fd00::/8".into()]);
         let rule = &policy.spec.as_ref().unwrap().egress.as_ref().unwrap()[0];
-        let blocks: Vec<&IPBlock> = rule.to.as_ref().unwrap().iter().map(|p| p.ip_block.as_ref().unwrap()).collect();
+        let blocks: Vec<&IPBlock> = rule
+            .to
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|p| p.ip_block.as_ref().unwrap())
+            .collect();
         assert_eq!(blocks[0].cidr, "0.0.0.0/0");
         assert_eq!(blocks[0].except.as_deref().unwrap(), ["169.254.0.0/16", "10.0.0.0/8"]);
         assert_eq!(blocks[1].cidr, "::/0");

@@ -27,7 +27,14 @@ struct View {
 
 impl NodePortPicker {
     pub(crate) fn new(min: u16, max: u16) -> Self {
-        Self { min, max, view: Mutex::new(View { used: HashSet::new(), refreshed_at: None }) }
+        Self {
+            min,
+            max,
+            view: Mutex::new(View {
+                used: HashSet::new(),
+                refreshed_at: None,
+            }),
+        }
     }
 
     fn view(&self) -> std::sync::MutexGuard<'_, View> {
@@ -59,7 +66,9 @@ impl NodePortPicker {
     /// `count` distinct ports believed free and not in `exclude`, or `None` if there are too few.
     pub(crate) fn pick(&self, count: usize, exclude: &HashSet<u16>) -> Option<Vec<u16>> {
         let view = self.view();
-        let free: Vec<u16> = (self.min..=self.max).filter(|p| !view.used.contains(p) && !exclude.contains(p)).collect();
+        let free: Vec<u16> = (self.min..=self.max)
+            .filter(|p| !view.used.contains(p) && !exclude.contains(p))
+            .collect();
         drop(view);
         if free.len() < count {
             return None;

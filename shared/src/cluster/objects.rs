@@ -14,7 +14,11 @@ use crate::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, PortMapping, STACK_ID_LAB
 /// `externalTrafficPolicy: Local` keeps the participant's source address and answers only on
 /// the pod's node, whose address is the one we hand out.
 pub fn stack_service(id: &StackId, namespace: &str, ports: &[PortMapping], pod: &Pod) -> Result<Service, ClusterError> {
-    let uid = pod.metadata.uid.clone().ok_or_else(|| ClusterError::Setup("created pod has no uid".into()))?;
+    let uid = pod
+        .metadata
+        .uid
+        .clone()
+        .ok_or_else(|| ClusterError::Setup("created pod has no uid".into()))?;
     let labels = BTreeMap::from([
         (MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned()),
         (STACK_ID_LABEL.to_owned(), id.to_string()),

@@ -16,7 +16,12 @@ pub enum Scheduling {
 }
 
 pub fn scheduling_of(pod: &Pod) -> Scheduling {
-    if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty()) {
+    if let Some(node) = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .filter(|n| !n.is_empty())
+    {
         return Scheduling::Scheduled(node);
     }
     let unschedulable = pod
@@ -60,15 +65,25 @@ mod tests {
 
     fn pod(node: Option<&str>, phase: Option<&str>, conditions: Vec<PodCondition>) -> Pod {
         Pod {
-            spec: Some(PodSpec { node_name: node.map(Into::into), ..PodSpec::default() }),
-            status: Some(PodStatus { phase: phase.map(Into::into), conditions: Some(conditions), ..PodStatus::default() }),
+            spec: Some(PodSpec {
+                node_name: node.map(Into::into),
+                ..PodSpec::default()
+            }),
+            status: Some(PodStatus {
+                phase: phase.map(Into::into),
+                conditions: Some(conditions),
+                ..PodStatus::default()
+            }),
             ..Pod::default()
         }
     }
 
     #[test]
     fn scheduling_decisions() {
-        assert_eq!(scheduling_of(&pod(Some("n1"), None, vec![])), Scheduling::Scheduled("n1".into()));
+        assert_eq!(
+            scheduling_of(&pod(Some("n1"), None, vec![])),
+            Scheduling::Scheduled("n1".into())
+        );
         assert_eq!(scheduling_of(&pod(None, Some("Pending"), vec![])), Scheduling::Pending);
         let refused = PodCondition {
             type_: "PodScheduled".into(),
@@ -77,24 +92,43 @@ mod tests {
             message: Some("0/3 nodes are available".into()),
             ..PodCondition::default()
         };
-        assert_eq!(scheduling_of(&pod(None, Some("Pending"), vec![refused])), Scheduling::Unschedulable("0/3 nodes are available".into()));
+        assert_eq!(
+            scheduling_of(&pod(None, Some("Pending"), vec![refused])),
+            Scheduling::Unschedulable("0/3 nodes are available".into())
+        );
     }
 
     #[test]
     fn phases_map_to_statuses() {
-        assert_eq!(observed_status(&pod(None, Some("Pending"), vec![])), StackStatus::Creating);
-        assert_eq!(observed_status(&pod(None, Some("Running"), vec![])), StackStatus::Running);
-        assert_eq!(observed_status(&pod(None, Some("Succeeded"), vec![])), StackStatus::Stopped);
+        assert_eq!(
+            observed_status(&pod(None, Some("Pending"), vec![])),
+            StackStatus::Creating
+        );
+        assert_eq!(
+            observed_status(&pod(None, Some("Running"), vec![])),
+            StackStatus::Running
+        );
+        assert_eq!(
+            observed_status(&pod(None, Some("Succeeded"), vec![])),
+            StackStatus::Stopped
+        );
         assert_eq!(observed_status(&pod(None, Some("Failed"), vec![])), StackStatus::Failed);
         assert_eq!(observed_status(&Pod::default()), StackStatus::Creating);
     }
 
     #[test]
     fn first_external_ip_wins() {
-        let address = |t: &str, a: &str| NodeAddress { type_: t.into(), address: a.into() };
+        let address = |t: &str, a: &str| NodeAddress {
+            type_: t.into(),
+            address: a.into(),
+        };
         let node = Node {
             status: Some(NodeStatus {
-                addresses: Some(vec![address("InternalIP", "10.0.0.1"), address("ExternalIP", "203.0.113.7"), address("ExternalIP", "203.0.113.8")]),
+                addresses: Some(vec![
+                    address("InternalIP", "10.0.0.1"),
+                    address("ExternalIP", "203.0.113.7"),
+                    address("ExternalIP", "203.0.113.8"),
+                ]),
                 ..NodeStatus::default()
             }),
             ..Node::default()

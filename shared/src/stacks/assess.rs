@@ -33,7 +33,12 @@ pub struct StackObjects<'a> {
     pub node: Option<&'a Node>,
 }
 
-pub fn assess(record: &StackRecord, objects: StackObjects<'_>, now: Timestamp, scheduling_timeout: std::time::Duration) -> Assessment {
+pub fn assess(
+    record: &StackRecord,
+    objects: StackObjects<'_>,
+    now: Timestamp,
+    scheduling_timeout: std::time::Duration,
+) -> Assessment {
     if record.ttl_expires_at <= now {
         return Assessment::Gone(GoneReason::Expired);
     }
@@ -58,8 +63,16 @@ pub fn assess(record: &StackRecord, objects: StackObjects<'_>, now: Timestamp, s
         }
     };
     // A pod that has run to its end keeps what it showed last.
-    let status = if status == StackStatus::Creating && record.status.is_terminal() { record.status } else { status };
-    Assessment::Alive(ObservedState { status, node_id, node_public_ip })
+    let status = if status == StackStatus::Creating && record.status.is_terminal() {
+        record.status
+    } else {
+        status
+    };
+    Assessment::Alive(ObservedState {
+        status,
+        node_id,
+        node_public_ip,
+    })
 }
 
 #[cfg(test)]
@@ -82,7 +95,11 @@ mod tests {
             node_id: String::new(),
             node_public_ip: None,
             pod_spec: String::new(),
-            ports: vec![PortMapping { container_port: 80, protocol: Protocol::Tcp, node_port: 31001 }],
+            ports: vec![PortMapping {
+                container_port: 80,
+                protocol: Protocol::Tcp,
+                node_port: 31001,
+            }],
             status: StackStatus::Creating,
             ttl_expires_at: created + jiff::SignedDuration::from_hours(2),
             created_at: created,
@@ -95,8 +112,14 @@ mod tests {
 
     fn pod(node: Option<&str>, phase: &str) -> Pod {
         Pod {
-            spec: Some(PodSpec { node_name: node.map(Into::into), ..PodSpec::default() }),
-            status: Some(PodStatus { phase: Some(phase.into()), ..PodStatus::default() }),
+            spec: Some(PodSpec {
+                node_name: node.map(Into::into),
+                ..PodSpec::default()
+            }),
+            status: Some(PodStatus {
+                phase: Some(phase.into()),
+                ..PodStatus::default()
+            }),
             ..Pod::default()
         }
     }
@@ -104,7 +127,10 @@ mod tests {
     fn node(ip: &str) -> Node {
         Node {
             status: Some(NodeStatus {
-                addresses: Some(vec![NodeAddress { type_: "ExternalIP".into(), address: ip.into() }]),
+                addresses: Some(vec![NodeAddress {
+                    type_: "ExternalIP".into(),
+                    address: ip.into(),
+                }]),
                 ..NodeStatus::default()
             }),
             ..Node::default()
@@ -115,10 +141,23 @@ mod tests {
     fn running_pod_on_live_node_is_alive_with_its_address() {
         let now = Timestamp::now();
         let (p, n) = (pod(Some("n1"), "Running"), node("203.0.113.1"));
-        let got = assess(&record(now), StackObjects { pod: Some(&p), service_exists: true, node: Some(&n) }, now, TIMEOUT);
+        let got = assess(
+            &record(now),
+            StackObjects {
+                pod: Some(&p),
+                service_exists: true,
+                node: Some(&n),
+            },
+            now,
+            TIMEOUT,
+        );
         assert_eq!(
             got,
-            Assessment::Alive(ObservedState { status: StackStatus::Running, node_id: "n1".into(), node_public_ip: Some("203.0.113.1".into()) })
+            Assessment::Alive(ObservedState {
+                status: StackStatus::Running,
+                node_id: "n1".into(),
+                node_public_ip: Some("203.0.113.1".into())
+            })
         );
     }
 
@@ -127,19 +166,47 @@ mod tests {
         let now = Timestamp::now();
         let r = record(now);
         let (p, n) = (pod(Some("n1"), "Running"), node("203.0.113.1"));
-        let alive = StackObjects { pod: Some(&p), service_exists: true, node: Some(&n) };
+        let alive = StackObjects {
+            pod: Some(&p),
+            service_exists: true,
+            node: Some(&n),
+        };
         let gone = |objects, at| match assess(&r, objects, at, TIMEOUT) {
             Assessment::Gone(reason) => Some(reason),
             Assessment::Alive(_) => None,
         };
         assert_eq!(gone(alive, now), None);
         assert_eq!(gone(alive, r.ttl_expires_at), Some(GoneReason::Expired));
-        assert_eq!(gone(StackObjects { pod: None, ..alive }, now), Some(GoneReason::PodMissing));
-        assert_eq!(gone(StackObjects { service_exists: false, ..alive }, now), Some(GoneReason::ServiceMissing));
-        assert_eq!(gone(StackObjects { node: None, ..alive }, now), Some(GoneReason::NodeMissing));
+        assert_eq!(
+            gone(StackObjects { pod: None, ..alive }, now),
+            Some(GoneReason::PodMissing)
+        );
+        assert_eq!(
+            gone(
+                StackObjects {
+                    service_exists: false,
+                    ..alive
+                },
+                now
+            ),
+            Some(GoneReason::ServiceMissing)
+        );
+        assert_eq!(
+            gone(StackObjects { node: None, ..alive }, now),
+            Some(GoneReason::NodeMissing)
+        );
         let mut deleting = p.clone();
         deleting.metadata.deletion_timestamp = Some(Time(now));
-        assert_eq!(gone(StackObjects { pod: Some(&deleting), ..alive }, now), Some(GoneReason::PodMissing));
+        assert_eq!(
+            gone(
+                StackObjects {
+                    pod: Some(&deleting),
+                    ..alive
+                },
+                now
+            ),
+            Some(GoneReason::PodMissing)
+        );
     }
 
     #[test]
@@ -147,11 +214,24 @@ mod tests {
         let created = Timestamp::now();
         let r = record(created);
         let p = pod(None, "Pending");
-        let objects = StackObjects { pod: Some(&p), service_exists: true, node: None };
+        let objects = StackObjects {
+            pod: Some(&p),
+            service_exists: true,
+            node: None,
+        };
         let soon = created + jiff::SignedDuration::from_secs(5);
-        assert!(matches!(assess(&r, objects, soon, TIMEOUT), Assessment::Alive(ObservedState { status: StackStatus::Creating, .. })));
+        assert!(matches!(
+            assess(&r, objects, soon, TIMEOUT),
+            Assessment::Alive(ObservedState {
+                status: StackStatus::Creating,
+                ..
+            })
+        ));
         let late = created + jiff::SignedDuration::from_secs(21);
-        assert_eq!(assess(&r, objects, late, TIMEOUT), Assessment::Gone(GoneReason::NeverScheduled));
+        assert_eq!(
+            assess(&r, objects, late, TIMEOUT),
+            Assessment::Gone(GoneReason::NeverScheduled)
+        );
     }
 
     #[test]
@@ -160,8 +240,20 @@ mod tests {
         let n = node("203.0.113.1");
         for (phase, status) in [("Succeeded", StackStatus::Stopped), ("Failed", StackStatus::Failed)] {
             let p = pod(Some("n1"), phase);
-            let got = assess(&record(now), StackObjects { pod: Some(&p), service_exists: true, node: Some(&n) }, now, TIMEOUT);
-            assert!(matches!(got, Assessment::Alive(ObservedState { status: s, .. }) if s == status), "{phase}");
+            let got = assess(
+                &record(now),
+                StackObjects {
+                    pod: Some(&p),
+                    service_exists: true,
+                    node: Some(&n),
+                },
+                now,
+                TIMEOUT,
+            );
+            assert!(
+                matches!(got, Assessment::Alive(ObservedState { status: s, .. }) if s == status),
+                "{phase}"
+            );
         }
     }
 }

@@ -74,7 +74,11 @@ impl Stacks {
                 record_outcome(&mut job, id, outcome);
             }
             job.pending.drain(..chunk.len());
-            job.status = if job.pending.is_empty() { final_status(&job) } else { JobStatus::Running };
+            job.status = if job.pending.is_empty() {
+                final_status(&job)
+            } else {
+                JobStatus::Running
+            };
             job.updated_at = Timestamp::now().max(previous_update + jiff::SignedDuration::from_micros(1));
             match self.store.save_job(&job, previous_update).await {
                 Ok(()) => {}
@@ -99,7 +103,10 @@ fn record_outcome(job: &mut BatchDeleteJob, id: &str, outcome: Result<(), StackE
             job.failed += 1;
             if job.errors.len() < BatchDeleteJob::MAX_ERRORS {
                 let message: String = err.to_string().chars().take(BatchDeleteJob::MAX_ERROR_CHARS).collect();
-                job.errors.push(JobError { stack_id: id.to_owned(), error: message });
+                job.errors.push(JobError {
+                    stack_id: id.to_owned(),
+                    error: message,
+                });
             }
         }
     }
@@ -107,7 +114,11 @@ fn record_outcome(job: &mut BatchDeleteJob, id: &str, outcome: Result<(), StackE
 
 /// `failed` only when every id failed.
 fn final_status(job: &BatchDeleteJob) -> JobStatus {
-    if job.total > 0 && job.failed == job.total { JobStatus::Failed } else { JobStatus::Completed }
+    if job.total > 0 && job.failed == job.total {
+        JobStatus::Failed
+    } else {
+        JobStatus::Completed
+    }
 }
 
 #[cfg(test)]
@@ -141,7 +152,11 @@ mod tests {
         }
         assert_eq!((j.deleted, j.not_found, j.failed), (1, 1, 201));
         assert_eq!(j.errors.len(), BatchDeleteJob::MAX_ERRORS);
-        assert!(j.errors.iter().all(|e| e.error.chars().count() == BatchDeleteJob::MAX_ERROR_CHARS));
+        assert!(
+            j.errors
+                .iter()
+                .all(|e| e.error.chars().count() == BatchDeleteJob::MAX_ERROR_CHARS)
+        );
         assert_eq!(final_status(&j), JobStatus::Completed);
         let mut all_failed = job(1);
         record_outcome(&mut all_failed, "z", Err(StackError::Unavailable("boom".into())));

@@ -68,23 +68,36 @@ impl Stacks {
     /// Claims `key` for `id`; returns the stack of an earlier identical request instead.
     async fn claim_key(&self, key: &str, body_sha256: &str, id: &StackId) -> Result<Option<StackRecord>, StackError> {
         let now = Timestamp::now();
-        let claim = IdempotencyClaim { body_sha256: body_sha256.to_owned(), stack_id: id.clone(), claimed_at: now };
+        let claim = IdempotencyClaim {
+            body_sha256: body_sha256.to_owned(),
+            stack_id: id.clone(),
+            claimed_at: now,
+        };
         let expires_at = now.saturating_add(signed(self.config.max_lifetime)).unwrap_or(now);
         let mut held = self.store.claim_idempotency_key(key, &claim, expires_at).await?;
         while let Some(existing) = held {
             if existing.body_sha256 != body_sha256 {
-                return Err(StackError::Conflict("Idempotency-Key was already used with a different request".into()));
+                return Err(StackError::Conflict(
+                    "Idempotency-Key was already used with a different request".into(),
+                ));
             }
             if let Some(record) = self.store.get_stack(&existing.stack_id).await? {
                 return Ok(Some(record));
             }
             let age = now.duration_since(existing.claimed_at);
             if age.is_negative() || age.unsigned_abs() < ABANDONED_CLAIM_AGE {
-                return Err(StackError::Conflict("a request with this Idempotency-Key is still in progress".into()));
+                return Err(StackError::Conflict(
+                    "a request with this Idempotency-Key is still in progress".into(),
+                ));
             }
-            held = self.store.take_over_idempotency_key(key, &existing, &claim, expires_at).await?;
+            held = self
+                .store
+                .take_over_idempotency_key(key, &existing, &claim, expires_at)
+                .await?;
             if held.as_ref().is_some_and(|h| h.stack_id == existing.stack_id) {
-                return Err(StackError::Conflict("a request with this Idempotency-Key is still in progress".into()));
+                return Err(StackError::Conflict(
+                    "a request with this Idempotency-Key is still in progress".into(),
+                ));
             }
         }
         Ok(None)

@@ -55,9 +55,9 @@ impl From<ClusterError> for StackError {
             ClusterError::Saturated(why) => StackError::Saturated(why),
             ClusterError::Rejected(why) => StackError::Invalid(format!("invalid pod spec: {why}")),
             ClusterError::NodePortsExhausted => StackError::NoNodePort,
-            ClusterError::MissingIngressPolicy(ns) => {
-                StackError::Unavailable(format!("stack creation refused: namespace {ns} has no ingress NetworkPolicy"))
-            }
+            ClusterError::MissingIngressPolicy(ns) => StackError::Unavailable(format!(
+                "stack creation refused: namespace {ns} has no ingress NetworkPolicy"
+            )),
             other => StackError::Cluster(other),
         }
     }
@@ -73,7 +73,12 @@ pub struct Stacks {
 
 impl Stacks {
     pub fn new(config: Arc<Config>, store: Store, cluster: Cluster, policy: ValidationPolicy) -> Self {
-        Self { config, store, cluster, policy }
+        Self {
+            config,
+            store,
+            cluster,
+            policy,
+        }
     }
 
     pub fn config(&self) -> &Config {
@@ -92,7 +97,10 @@ impl Stacks {
     pub async fn renew(&self, id: &StackId) -> Result<StackRecord, StackError> {
         let mut record = self.get(id).await?;
         let now = Timestamp::now();
-        let cap = record.created_at.saturating_add(signed(self.config.max_lifetime)).unwrap_or(record.created_at);
+        let cap = record
+            .created_at
+            .saturating_add(signed(self.config.max_lifetime))
+            .unwrap_or(record.created_at);
         if record.ttl_expires_at >= cap {
             return Err(StackError::Conflict("stack reached its maximum lifetime".into()));
         }

@@ -47,15 +47,23 @@ impl Stacks {
     /// One stack, refreshed: 1 DynamoDB read (+1 write if changed), at most 3 cluster reads.
     pub async fn get(&self, id: &StackId) -> Result<StackRecord, StackError> {
         let record = self.store.get_stack(id).await?.ok_or(StackError::NotFound)?;
-        let (pod, service) =
-            tokio::try_join!(self.cluster.get_pod(&record.pod_id), self.cluster.get_service(&record.service_name))?;
+        let (pod, service) = tokio::try_join!(
+            self.cluster.get_pod(&record.pod_id),
+            self.cluster.get_service(&record.service_name)
+        )?;
         let node_name = pod.as_ref().and_then(|p| p.spec.as_ref()?.node_name.clone());
         let node = match node_name {
             Some(name) => self.cluster.get_node(&name).await?,
             None => None,
         };
-        let objects = StackObjects { pod: pod.as_ref(), service_exists: service.is_some(), node: node.as_ref() };
-        self.settle(record, objects, Timestamp::now()).await?.ok_or(StackError::NotFound)
+        let objects = StackObjects {
+            pod: pod.as_ref(),
+            service_exists: service.is_some(),
+            node: node.as_ref(),
+        };
+        self.settle(record, objects, Timestamp::now())
+            .await?
+            .ok_or(StackError::NotFound)
     }
 
     /// Every stack, oldest first, refreshed with a constant number of cluster calls.
@@ -66,15 +74,27 @@ impl Stacks {
             async { self.cluster.list_stack_services().await.map_err(StackError::from) },
             async { self.cluster.list_nodes().await.map_err(StackError::from) },
         )?;
-        let pods: HashMap<&str, &Pod> = pods.iter().filter_map(|p| Some((stack_label(&p.metadata)?, p))).collect();
+        let pods: HashMap<&str, &Pod> = pods
+            .iter()
+            .filter_map(|p| Some((stack_label(&p.metadata)?, p)))
+            .collect();
         let services: HashSet<&str> = services.iter().filter_map(|s| stack_label(&s.metadata)).collect();
-        let nodes: HashMap<&str, &Node> = nodes.iter().filter_map(|n| Some((n.metadata.name.as_deref()?, n))).collect();
+        let nodes: HashMap<&str, &Node> = nodes
+            .iter()
+            .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
+            .collect();
         let now = Timestamp::now();
         let settled: Vec<Result<Option<StackRecord>, StackError>> = stream::iter(records)
             .map(|record| {
                 let pod = pods.get(record.stack_id.as_str()).copied();
-                let node = pod.and_then(|p| p.spec.as_ref()?.node_name.as_deref()).and_then(|n| nodes.get(n).copied());
-                let objects = StackObjects { pod, service_exists: services.contains(record.stack_id.as_str()), node };
+                let node = pod
+                    .and_then(|p| p.spec.as_ref()?.node_name.as_deref())
+                    .and_then(|n| nodes.get(n).copied());
+                let objects = StackObjects {
+                    pod,
+                    service_exists: services.contains(record.stack_id.as_str()),
+                    node,
+                };
                 self.settle(record, objects, now)
             })
             .buffered(REMOVAL_CONCURRENCY)
@@ -89,7 +109,12 @@ impl Stacks {
 
     /// Brings the record in line with what the cluster shows: `None` if the stack is gone
     /// (its remains are removed), else the record, written back only if it changed.
-    async fn settle(&self, mut record: StackRecord, objects: StackObjects<'_>, now: Timestamp) -> Result<Option<StackRecord>, StackError> {
+    async fn settle(
+        &self,
+        mut record: StackRecord,
+        objects: StackObjects<'_>,
+        now: Timestamp,
+    ) -> Result<Option<StackRecord>, StackError> {
         match assess(&record, objects, now, self.config.scheduling_timeout) {
             Assessment::Gone(reason) => {
                 tracing::info!(stack_id = %record.stack_id, ?reason, "stack is gone, removing its remains");

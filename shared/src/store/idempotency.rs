@@ -44,7 +44,8 @@ impl Store {
         claim: &IdempotencyClaim,
         expires_at: Timestamp,
     ) -> Result<Option<IdempotencyClaim>, StoreError> {
-        self.put_claim(idempotency_key, claim, expires_at, Some(&abandoned.stack_id)).await
+        self.put_claim(idempotency_key, claim, expires_at, Some(&abandoned.stack_id))
+            .await
     }
 
     async fn put_claim(
@@ -97,7 +98,13 @@ impl Store {
             .await;
         match result {
             Ok(_) => Ok(()),
-            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(()),
+            Err(err)
+                if err
+                    .as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Ok(())
+            }
             Err(err) => Err(StoreError::backend("DeleteItem", err)),
         }
     }

@@ -27,7 +27,12 @@ pub(crate) fn n(v: i64) -> AttributeValue {
 }
 
 /// The item for `value` under the given key; `expires_at` in epoch seconds when set.
-pub(crate) fn to_item<T: Serialize>(pk: &str, sk: &str, value: &T, expires_at: Option<i64>) -> Result<Item, StoreError> {
+pub(crate) fn to_item<T: Serialize>(
+    pk: &str,
+    sk: &str,
+    value: &T,
+    expires_at: Option<i64>,
+) -> Result<Item, StoreError> {
     let mut item: Item = serde_dynamo::to_item(value).map_err(|e| StoreError::Malformed(e.to_string()))?;
     item.extend(key(pk, sk));
     if let Some(at) = expires_at {

@@ -27,7 +27,10 @@ impl Store {
         condition: &str,
         previous_update: Option<Timestamp>,
     ) -> Result<(), StoreError> {
-        let expires_at = job.updated_at.saturating_add(JOB_RETENTION).map_err(|e| StoreError::Malformed(e.to_string()))?;
+        let expires_at = job
+            .updated_at
+            .saturating_add(JOB_RETENTION)
+            .map_err(|e| StoreError::Malformed(e.to_string()))?;
         let item = to_item(JOB_PK, &job.job_id, job, Some(expires_at.as_second()))?;
         let mut request = self
             .client

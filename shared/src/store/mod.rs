@@ -13,6 +13,7 @@ mod error;
 mod idempotency;
 mod item;
 mod jobs;
+mod lease;
 mod stacks;
 
 use aws_sdk_dynamodb::Client;
@@ -31,7 +32,11 @@ pub struct Store {
 
 impl Store {
     pub fn new(client: Client, table: impl Into<String>, consistent_read: bool) -> Self {
-        Self { client, table: table.into(), consistent_read }
+        Self {
+            client,
+            table: table.into(),
+            consistent_read,
+        }
     }
 
     pub fn client(&self) -> &Client {

@@ -22,7 +22,11 @@ pub struct ObservedState {
 
 impl ObservedState {
     pub fn of(record: &StackRecord) -> Self {
-        Self { status: record.status, node_id: record.node_id.clone(), node_public_ip: record.node_public_ip.clone() }
+        Self {
+            status: record.status,
+            node_id: record.node_id.clone(),
+            node_public_ip: record.node_public_ip.clone(),
+        }
     }
 }
 
@@ -83,12 +87,21 @@ impl Store {
                 break;
             }
         }
-        records.sort_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| a.stack_id.cmp(&b.stack_id)));
+        records.sort_by(|a, b| {
+            a.created_at
+                .cmp(&b.created_at)
+                .then_with(|| a.stack_id.cmp(&b.stack_id))
+        });
         Ok(records)
     }
 
     /// Writes back what the cluster showed; `ConditionFailed` if the record is gone.
-    pub async fn update_observed(&self, id: &StackId, observed: &ObservedState, now: Timestamp) -> Result<(), StoreError> {
+    pub async fn update_observed(
+        &self,
+        id: &StackId,
+        observed: &ObservedState,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
         let mut update = self
             .client
             .update_item()

@@ -88,17 +88,36 @@ async fn main() {
         .await;
     let wall = started.elapsed();
     let concurrent: Vec<Duration> = results.iter().map(|(_, d)| *d).collect();
-    futures::stream::iter(results.iter().map(|(id, _)| delete(&api, id))).buffer_unordered(CONCURRENCY).collect::<Vec<_>>().await;
+    futures::stream::iter(results.iter().map(|(id, _)| delete(&api, id)))
+        .buffer_unordered(CONCURRENCY)
+        .collect::<Vec<_>>()
+        .await;
 
     let n = creates as f64;
     println!("stack-api benchmark (in-process router, DynamoDB Local, real apiserver + kwok)");
     report("create, sequential", &mut sequential);
     report(&format!("create, {CONCURRENCY} concurrent"), &mut concurrent.clone());
     report("status, sequential", &mut status);
-    println!("creates/s at {CONCURRENCY} concurrency: {:.1} ({concurrent_creates} creates in {:.2}s)", concurrent_creates as f64 / wall.as_secs_f64(), wall.as_secs_f64());
-    println!("calls per create: dynamodb {:.2}, kubernetes {:.2}", ddb_create as f64 / n, kube_create as f64 / n);
-    println!("calls per status: dynamodb {:.2}, kubernetes {:.2}", ddb_status as f64 / (2.0 * n), kube_status as f64 / (2.0 * n));
-    println!("calls per delete: dynamodb {:.2}, kubernetes {:.2}", ddb_delete as f64 / n, kube_delete as f64 / n);
+    println!(
+        "creates/s at {CONCURRENCY} concurrency: {:.1} ({concurrent_creates} creates in {:.2}s)",
+        concurrent_creates as f64 / wall.as_secs_f64(),
+        wall.as_secs_f64()
+    );
+    println!(
+        "calls per create: dynamodb {:.2}, kubernetes {:.2}",
+        ddb_create as f64 / n,
+        kube_create as f64 / n
+    );
+    println!(
+        "calls per status: dynamodb {:.2}, kubernetes {:.2}",
+        ddb_status as f64 / (2.0 * n),
+        kube_status as f64 / (2.0 * n)
+    );
+    println!(
+        "calls per delete: dynamodb {:.2}, kubernetes {:.2}",
+        ddb_delete as f64 / n,
+        kube_delete as f64 / n
+    );
 }
 
 fn counts(api: &ApiHarness) -> (u64, u64) {
@@ -106,9 +125,14 @@ fn counts(api: &ApiHarness) -> (u64, u64) {
 }
 
 async fn create(api: &ApiHarness) -> (String, u64) {
-    let reply = api.create(BENCH_POD, json!([{"container_port": 1337, "protocol": "TCP"}])).await;
+    let reply = api
+        .create(BENCH_POD, json!([{"container_port": 1337, "protocol": "TCP"}]))
+        .await;
     assert_eq!(reply.status, 201, "{}", reply.json);
-    (reply.json["stack_id"].as_str().unwrap_or_default().to_owned(), reply.json["node_port"].as_u64().unwrap_or_default())
+    (
+        reply.json["stack_id"].as_str().unwrap_or_default().to_owned(),
+        reply.json["node_port"].as_u64().unwrap_or_default(),
+    )
 }
 
 async fn delete(api: &ApiHarness, id: &str) {
@@ -122,5 +146,11 @@ fn report(label: &str, samples: &mut [Duration]) {
         let index = ((samples.len() as f64 - 1.0) * p).round() as usize;
         samples.get(index).map(|d| d.as_secs_f64() * 1000.0).unwrap_or(f64::NAN)
     };
-    println!("{label:<28} n={:<5} p50 {:>7.1} ms  p95 {:>7.1} ms  p99 {:>7.1} ms", samples.len(), pct(0.5), pct(0.95), pct(0.99));
+    println!(
+        "{label:<28} n={:<5} p50 {:>7.1} ms  p95 {:>7.1} ms  p99 {:>7.1} ms",
+        samples.len(),
+        pct(0.5),
+        pct(0.95),
+        pct(0.99)
+    );
 }

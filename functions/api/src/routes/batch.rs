@@ -22,7 +22,11 @@ pub async fn start(State(state): State<AppState>, body: Bytes) -> Result<Respons
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(items)) => items
             .iter()
-            .map(|v| v.as_str().map(str::to_owned).ok_or_else(|| ApiError::bad_request("invalid stack_ids")))
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| ApiError::bad_request("invalid stack_ids"))
+            })
             .collect::<Result<_, _>>()?,
         Some(_) => return Err(ApiError::invalid_json()),
     };

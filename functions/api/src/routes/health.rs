@@ -17,7 +17,10 @@ pub async fn healthz(State(state): State<AppState>) -> Result<Json<Value>, ApiEr
     }
     if let Err(err) = apiserver {
         tracing::error!(error = %err, "healthz: apiserver check failed");
-        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "kubernetes apiserver unavailable"));
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "kubernetes apiserver unavailable",
+        ));
     }
     Ok(Json(json!({ "status": "ok" })))
 }

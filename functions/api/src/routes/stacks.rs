@@ -32,8 +32,13 @@ pub async fn create(State(state): State<AppState>, headers: HeaderMap, body: Byt
 }
 
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    let Some(value) = headers.get("idempotency-key") else { return Ok(None) };
-    let key = value.to_str().map_err(|_| ApiError::bad_request("invalid Idempotency-Key"))?.trim();
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let key = value
+        .to_str()
+        .map_err(|_| ApiError::bad_request("invalid Idempotency-Key"))?
+        .trim();
     if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_LEN {
         return Err(ApiError::bad_request("invalid Idempotency-Key"));
     }
@@ -81,6 +86,8 @@ fn stack_response(status: StatusCode, record: &StackRecord) -> Response {
 }
 
 fn with_stack_id(mut response: Response, record: &StackRecord) -> Response {
-    response.extensions_mut().insert(LoggedStackId(record.stack_id.to_string()));
+    response
+        .extensions_mut()
+        .insert(LoggedStackId(record.stack_id.to_string()));
     response
 }
