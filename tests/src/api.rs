@@ -151,6 +151,15 @@ impl ApiHarness {
         self.state.stacks.store().list_stacks().await.expect("list records")
     }
 
+    /// Removes the harness's namespace (and so its pods and services) and table.
+    pub async fn finish(self) {
+        let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(self.env.kube.clone());
+        let _ = namespaces
+            .delete(&self.namespace, &kube::api::DeleteParams::background())
+            .await;
+        let _ = self.table.delete().await;
+    }
+
     /// Asserts that no pod, service, record or idempotency key of ours is left.
     pub async fn assert_nothing_left(&self) {
         let pods = self.managed_pods().await;

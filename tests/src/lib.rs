@@ -1,1 +1,6 @@
+//! Integration tests, benchmarks and local-environment tooling of stack-provisioner.
+
+pub mod api;
+pub mod counting;
+pub mod env;
 

@@ -71,6 +71,7 @@ async fn healthz_checks_dependencies_and_the_api_key() {
         )
         .await;
     assert_eq!(blank_header.status, 200);
+    api.finish().await;
 }
 
 #[tokio::test]
@@ -171,6 +172,7 @@ async fn v1_create_applies_the_hardened_pod_and_reads_back() {
     assert_eq!(empty.json, json!({"stacks": []}));
     let stats = api.call(Method::GET, "/stats", None).await;
     assert_eq!(stats.json["node_distribution"], json!({}));
+    api.finish().await;
 }
 
 #[tokio::test]
@@ -186,6 +188,7 @@ async fn v0_create_with_a_scalar_port() {
         .await;
     assert_eq!(status.json["target_port"], 80);
     assert_eq!(status.json["node_port"], created.json["node_port"]);
+    api.finish().await;
 }
 
 #[tokio::test]
@@ -238,6 +241,7 @@ async fn invalid_requests_answer_400_and_leave_nothing() {
         .await;
     assert_eq!(duplicate.status, 400);
     api.assert_nothing_left().await;
+    api.finish().await;
 }
 
 #[tokio::test]
@@ -275,6 +279,7 @@ async fn routes_methods_and_body_limits_answer_json() {
         .call(Method::POST, "/stacks/stack-0123456789abcdef/renew", None)
         .await;
     assert_eq!(renew_missing.status, 404);
+    api.finish().await;
 }
 
 #[tokio::test]
@@ -290,6 +295,7 @@ async fn unschedulable_pod_is_503_with_retry_after_and_nothing_left() {
     );
     assert!(refused.headers.contains_key("retry-after"));
     api.assert_nothing_left().await;
+    api.finish().await;
 }
 
 #[tokio::test]
@@ -307,12 +313,15 @@ async fn resource_quota_exhausted_is_503_and_limit_range_violation_is_400() {
         .await
         .unwrap();
     // The quota controller fills in usage asynchronously; until then admission refuses all pods too.
+    // Admission only enforces the quota once it sees it; a create that slips in before is undone.
     let mut refused = api.create(WEB_POD, json!(80)).await;
-    for _ in 0..20 {
-        if refused.status == 503 {
+    for _ in 0..40 {
+        if refused.status != 201 {
             break;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        let slipped = stack_id(&refused);
+        assert_eq!(api.call(Method::DELETE, &format!("/stacks/{slipped}"), None).await.status, 200);
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         refused = api.create(WEB_POD, json!(80)).await;
     }
     assert_eq!(refused.status, 503, "{}", refused.json);
@@ -342,6 +351,7 @@ async fn resource_quota_exhausted_is_503_and_limit_range_violation_is_400() {
     assert_eq!(violation.status, 400, "{}", violation.json);
     assert_eq!(api.records().await.len(), 1);
     assert_eq!(api.managed_pods().await.len(), 1);
+    api.finish().await;
 }
 
 #[tokio::test]
@@ -370,15 +380,17 @@ async fn missing_ingress_policy_refuses_creation_when_required() {
     .unwrap();
     policies.create(&PostParams::default(), &ingress).await.unwrap();
     assert_eq!(api.create(WEB_POD, json!(80)).await.status, 201);
+    api.finish().await;
 }
 
 #[tokio::test]
 async fn node_port_exhaustion_is_503() {
-    // A one-port range outside the default one, so parallel tests don't compete for it.
-    let api = ApiHarness::with_env(&[("STACK_NODEPORT_MIN", "30123"), ("STACK_NODEPORT_MAX", "30123")]).await;
+    // A one-port range below the default one, so parallel tests don't compete for it.
+    let port = (30100 + rand::random::<u16>() % 800).to_string();
+    let api = ApiHarness::with_env(&[("STACK_NODEPORT_MIN", &port), ("STACK_NODEPORT_MAX", &port)]).await;
     let first = api.create(WEB_POD, json!(80)).await;
     assert_eq!(first.status, 201, "{}", first.json);
-    assert_eq!(first.json["node_port"], 30123);
+    assert_eq!(first.json["node_port"].to_string(), port);
     let second = api.create(WEB_POD, json!(80)).await;
     assert_eq!(
         (second.status, second.json.clone()),
@@ -394,6 +406,7 @@ async fn node_port_exhaustion_is_503() {
         200
     );
     assert_eq!(api.create(WEB_POD, json!(80)).await.status, 201);
+    api.finish().await;
 }
 
 #[tokio::test]
@@ -413,6 +426,7 @@ async fn stack_whose_pod_was_deleted_behind_our_back_is_gone() {
     let status = api.call(Method::GET, &format!("/stacks/{id}/status"), None).await;
     assert_eq!(status.status, 404);
     api.assert_nothing_left().await;
+    api.finish().await;
 }
 
 #[tokio::test]
@@ -424,6 +438,21 @@ async fn stack_whose_node_was_deleted_is_gone() {
     let simulated = SimulatedNode::new(&node).role(&role).external_ip("203.0.113.200");
     stack_tests::env::nodes::add_node(&api.env.kube, &simulated)
         .await
+        .unwrap();
+    // The node lifecycle controller lifts the not-ready taint shortly after the node is Ready.
+    let nodes = kube::Api::<k8s_openapi::api::core::v1::Node>::all(api.env.kube.clone());
+    let untainted = |n: Option<&k8s_openapi::api::core::v1::Node>| {
+        n.is_some_and(|n| {
+            n.spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_none_or(|t| t.is_empty())
+        })
+    };
+    let wait = kube::runtime::wait::await_condition(nodes, &node, untainted);
+    tokio::time::timeout(std::time::Duration::from_secs(30), wait)
+        .await
+        .expect("node untainted in time")
         .unwrap();
     let created = api.create(WEB_POD, json!(80)).await;
     assert_eq!(created.status, 201, "{}", created.json);
@@ -437,27 +466,28 @@ async fn stack_whose_node_was_deleted_is_gone() {
         .await;
     assert_eq!(got.status, 404);
     api.assert_nothing_left().await;
+    api.finish().await;
 }
 
 #[tokio::test]
 async fn repeated_idempotency_key_makes_one_stack() {
     let api = ApiHarness::start().await;
-    let request = |key: &str, port: u16| {
+    let request = |key: &str, manifest: &str| {
         Request::post("/stacks")
             .header("x-api-key", API_KEY)
             .header("idempotency-key", key)
-            .body(Body::from(
-                json!({"pod_spec": WEB_POD, "target_port": port}).to_string(),
-            ))
+            .body(Body::from(json!({"pod_spec": manifest, "target_port": 80}).to_string()))
             .unwrap()
     };
-    let first = api.send(request("key-1", 80)).await;
+    let first = api.send(request("key-1", WEB_POD)).await;
     assert_eq!(first.status, 201, "{}", first.json);
-    let replay = api.send(request("key-1", 80)).await;
+    let replay = api.send(request("key-1", WEB_POD)).await;
     assert_eq!(replay.status, 201);
     assert_eq!(stack_id(&replay), stack_id(&first));
     assert_eq!(replay.json["ports"], first.json["ports"]);
-    let other_body = api.send(request("key-1", 81)).await;
+    let other_body = api
+        .send(request("key-1", &WEB_POD.replace("challenge: web", "challenge: other")))
+        .await;
     assert_eq!(other_body.status, 409, "{}", other_body.json);
     assert_eq!(api.records().await.len(), 1);
     assert_eq!(api.managed_pods().await.len(), 1);
@@ -469,6 +499,7 @@ async fn repeated_idempotency_key_makes_one_stack() {
         200
     );
     api.assert_nothing_left().await;
+    api.finish().await;
 }
 
 #[tokio::test]
@@ -491,6 +522,8 @@ async fn renew_extends_ttl_up_to_the_maximum_lifetime() {
         .await;
     assert_eq!(refused.status, 409, "{}", refused.json);
     assert!(after <= created_at + jiff::SignedDuration::from_mins(90));
+    api_capped.finish().await;
+    api.finish().await;
 }
 
 #[tokio::test]
@@ -547,6 +580,7 @@ async fn batch_delete_is_a_durable_job() {
         .map(|r| r.stack_id.to_string())
         .collect();
     assert_eq!(left, HashSet::from([ids[2].clone()]));
+    api.finish().await;
 }
 
 #[tokio::test]
@@ -580,13 +614,13 @@ async fn fifty_concurrent_creates_then_fifty_concurrent_deletes() {
         let node = pod.spec.unwrap().node_name.unwrap_or_default();
         assert!(stack_nodes.contains(&node), "pod on {node:?}, not a role=stack node");
     }
-    let api = &api;
+    let api_ref = &api;
     let deletes = replies.iter().map(|r| async move {
-        api.call(Method::DELETE, &format!("/stacks/{}", stack_id(r)), None)
-            .await
+        api_ref.call(Method::DELETE, &format!("/stacks/{}", stack_id(r)), None).await
     });
     for reply in futures::future::join_all(deletes).await {
         assert_eq!(reply.status, 200, "{}", reply.json);
     }
     api.assert_nothing_left().await;
+    api.finish().await;
 }

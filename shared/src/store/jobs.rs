@@ -27,23 +27,18 @@ impl Store {
         condition: &str,
         previous_update: Option<Timestamp>,
     ) -> Result<(), StoreError> {
-        let expires_at = job
-            .updated_at
-            .saturating_add(JOB_RETENTION)
-            .map_err(|e| StoreError::Malformed(e.to_string()))?;
+        let expires_at =
+            job.updated_at.saturating_add(JOB_RETENTION).map_err(|e| StoreError::Malformed(e.to_string()))?;
         let item = to_item(JOB_PK, &job.job_id, job, Some(expires_at.as_second()))?;
-        let mut request = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression(condition)
-            .expression_attribute_names("#pk", PK);
-        if let Some(previous) = previous_update {
-            request = request
+        let request =
+            self.client.put_item().table_name(&self.table).set_item(Some(item)).condition_expression(condition);
+        // DynamoDB rejects names and values the expression does not use.
+        let request = match previous_update {
+            None => request.expression_attribute_names("#pk", PK),
+            Some(previous) => request
                 .expression_attribute_names("#updated", "updated_at")
-                .expression_attribute_values(":previous", s(previous.to_string()));
-        }
+                .expression_attribute_values(":previous", s(previous.to_string())),
+        };
         request.send().await.map_err(|e| match e.as_service_error() {
             Some(PutItemError::ConditionalCheckFailedException(_)) => StoreError::ConditionFailed,
             _ => StoreError::backend("PutItem", e),

@@ -1,0 +1,549 @@
+//! Carrying out a plan: bounded concurrency, a time budget, and removals that delete a
+//! record only after its cluster objects are gone.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use futures::stream::{self, StreamExt};
+use jiff::Timestamp;
+
+use super::plan::{Action, ObjectKind, Removal, RemovalReason};
+use crate::cluster::ClusterError;
+use crate::model::{BatchDeleteJob, StackId, StackRecord};
+use crate::store::{ObservedState, StoreError};
+
+/// Why one action failed; the next pass retries it.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    #[error("batch delete: {0}")]
+    Job(String),
+}
+
+/// Whether a status write-back found its record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordWrite {
+    Written,
+    /// The record was deleted meanwhile.
+    Gone,
+}
+
+/// How far a resumed batch-delete job got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobRun {
+    Finished,
+    /// Out of time; the job stays for the next pass.
+    Paused,
+    /// Someone else saved progress meanwhile and carries on.
+    TakenOver,
+}
+
+/// The side effects a plan needs; the live implementation talks to DynamoDB and the
+/// apiserver, tests use an in-memory one.
+pub trait Effects: Sync {
+    /// Deletes one of our objects; already gone counts as success.
+    fn delete_object(&self, kind: ObjectKind, name: &str) -> impl Future<Output = Result<(), ApplyError>> + Send;
+    /// Deletes the record (and its idempotency key); already gone counts as success.
+    fn delete_record(&self, record: &StackRecord) -> impl Future<Output = Result<(), ApplyError>> + Send;
+    fn write_observed(
+        &self,
+        id: &StackId,
+        observed: &ObservedState,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<RecordWrite, ApplyError>> + Send;
+    fn advance_job(
+        &self,
+        job: BatchDeleteJob,
+        budget: Duration,
+    ) -> impl Future<Output = Result<JobRun, ApplyError>> + Send;
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// At most this many actions in flight.
+    pub concurrency: usize,
+    /// No action starts at or after this instant.
+    pub stop_at: Instant,
+}
+
+/// What was done, by kind, plus what failed and what was not started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub expired: usize,
+    pub drift: usize,
+    pub orphans: usize,
+    pub status_updates: usize,
+    pub jobs: usize,
+    pub failures: usize,
+    pub remaining: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Expired,
+    Drift,
+    Orphan,
+    StatusUpdate,
+    Job,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Done,
+    /// Nothing left to do (the record vanished, someone else runs the job).
+    Moot,
+    Failed,
+    NotStarted,
+}
+
+impl Kind {
+    fn of(action: &Action) -> Self {
+        match action {
+            Action::Remove(r) if r.reason == RemovalReason::Expired => Kind::Expired,
+            Action::Remove(_) => Kind::Drift,
+            Action::DeleteOrphan { .. } => Kind::Orphan,
+            Action::UpdateStatus { .. } => Kind::StatusUpdate,
+            Action::ResumeJob(_) => Kind::Job,
+        }
+    }
+}
+
+impl Tally {
+    fn add(mut self, kind: Kind, outcome: Outcome) -> Self {
+        match outcome {
+            Outcome::Done => {
+                *match kind {
+                    Kind::Expired => &mut self.expired,
+                    Kind::Drift => &mut self.drift,
+                    Kind::Orphan => &mut self.orphans,
+                    Kind::StatusUpdate => &mut self.status_updates,
+                    Kind::Job => &mut self.jobs,
+                } += 1
+            }
+            Outcome::Moot => {}
+            Outcome::Failed => self.failures += 1,
+            Outcome::NotStarted => self.remaining += 1,
+        }
+        self
+    }
+}
+
+/// Runs the actions in plan order, at most `limits.concurrency` at a time, starting none at
+/// or after `limits.stop_at`. Every failure is logged and counted; none stops the others.
+pub async fn apply<E: Effects>(effects: &E, actions: Vec<Action>, limits: Limits, now: Timestamp) -> Tally {
+    stream::iter(actions)
+        .map(|action| async move {
+            let kind = Kind::of(&action);
+            if Instant::now() >= limits.stop_at {
+                return (kind, Outcome::NotStarted);
+            }
+            (kind, run(effects, action, limits.stop_at, now).await)
+        })
+        .buffer_unordered(limits.concurrency.max(1))
+        .fold(Tally::default(), |tally, (kind, outcome)| async move {
+            tally.add(kind, outcome)
+        })
+        .await
+}
+
+async fn run<E: Effects>(effects: &E, action: Action, stop_at: Instant, now: Timestamp) -> Outcome {
+    match action {
+        Action::Remove(removal) => match remove(effects, &removal, now).await {
+            Ok(()) => {
+                tracing::info!(stack_id = %removal.record.stack_id, reason = ?removal.reason, "stack removed");
+                Outcome::Done
+            }
+            Err(err) => failed(&err, "remove stack", removal.record.stack_id.as_str()),
+        },
+        Action::DeleteOrphan { kind, name } => match effects.delete_object(kind, &name).await {
+            Ok(()) => {
+                tracing::info!(object = %name, ?kind, "orphan deleted");
+                Outcome::Done
+            }
+            Err(err) if is_not_found(&err) => Outcome::Done,
+            Err(err) => failed(&err, "delete orphan", &name),
+        },
+        Action::UpdateStatus { stack_id, observed } => match effects.write_observed(&stack_id, &observed, now).await {
+            Ok(RecordWrite::Written) => Outcome::Done,
+            Ok(RecordWrite::Gone) => Outcome::Moot,
+            Err(err) => failed(&err, "update status", stack_id.as_str()),
+        },
+        Action::ResumeJob(job) => {
+            let job_id = job.job_id.clone();
+            match effects
+                .advance_job(job, stop_at.saturating_duration_since(Instant::now()))
+                .await
+            {
+                Ok(JobRun::Finished) => Outcome::Done,
+                Ok(JobRun::Paused) => Outcome::NotStarted,
+                Ok(JobRun::TakenOver) => Outcome::Moot,
+                Err(err) => failed(&err, "resume batch delete", &job_id),
+            }
+        }
+    }
+}
+
+/// Service and pod first; the record only once both deletes succeeded, so that a failure
+/// leaves the record for the next pass to finish.
+async fn remove<E: Effects>(effects: &E, removal: &Removal, now: Timestamp) -> Result<(), ApplyError> {
+    if let Some(mark) = &removal.mark {
+        // `Gone` only means someone else removed the record; the objects may remain.
+        effects.write_observed(&removal.record.stack_id, mark, now).await?;
+    }
+    let delete = |kind, name: &Option<String>| {
+        let name = name.clone();
+        async move {
+            match name {
+                Some(name) => match effects.delete_object(kind, &name).await {
+                    Err(err) if is_not_found(&err) => Ok(()),
+                    other => other,
+                },
+                None => Ok(()),
+            }
+        }
+    };
+    let (service, pod) = futures::join!(
+        delete(ObjectKind::Service, &removal.service),
+        delete(ObjectKind::Pod, &removal.pod)
+    );
+    service.and(pod)?;
+    effects.delete_record(&removal.record).await
+}
+
+fn is_not_found(err: &ApplyError) -> bool {
+    matches!(err, ApplyError::Cluster(ClusterError::NotFound))
+}
+
+fn failed(err: &ApplyError, action: &'static str, subject: &str) -> Outcome {
+    tracing::warn!(%subject, action, error = %err, "reconcile action failed");
+    Outcome::Failed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{JobStatus, StackStatus};
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Records every call in order; fails the names listed in `failing`.
+    #[derive(Default)]
+    struct Fake {
+        calls: Mutex<Vec<String>>,
+        failing: HashSet<String>,
+        not_found: HashSet<String>,
+        gone_records: HashSet<String>,
+        job_run: Option<JobRun>,
+        delay: Duration,
+        in_flight: AtomicUsize,
+        max_in_flight: AtomicUsize,
+    }
+
+    impl Fake {
+        async fn call(&self, what: String) -> Result<(), ApplyError> {
+            let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(self.delay).await;
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            self.calls.lock().unwrap().push(what.clone());
+            if self.failing.contains(&what) {
+                Err(ApplyError::Cluster(ClusterError::Api {
+                    operation: "delete",
+                    message: "boom".into(),
+                }))
+            } else if self.not_found.contains(&what) {
+                Err(ApplyError::Cluster(ClusterError::NotFound))
+            } else {
+                Ok(())
+            }
+        }
+
+        fn calls(&self) -> Vec<String> {
+            self.calls.lock().unwrap().clone()
+        }
+    }
+
+    impl Effects for Fake {
+        async fn delete_object(&self, kind: ObjectKind, name: &str) -> Result<(), ApplyError> {
+            self.call(format!("{kind:?}/{name}")).await
+        }
+        async fn delete_record(&self, record: &StackRecord) -> Result<(), ApplyError> {
+            self.call(format!("record/{}", record.stack_id)).await
+        }
+        async fn write_observed(
+            &self,
+            id: &StackId,
+            o: &ObservedState,
+            _: Timestamp,
+        ) -> Result<RecordWrite, ApplyError> {
+            self.call(format!("status/{id}={}", o.status)).await?;
+            Ok(if self.gone_records.contains(id.as_str()) {
+                RecordWrite::Gone
+            } else {
+                RecordWrite::Written
+            })
+        }
+        async fn advance_job(&self, job: BatchDeleteJob, _: Duration) -> Result<JobRun, ApplyError> {
+            self.call(format!("job/{}", job.job_id)).await?;
+            Ok(self.job_run.unwrap_or(JobRun::Finished))
+        }
+    }
+
+    fn id(n: u64) -> StackId {
+        format!("stack-{n:016x}").parse().unwrap()
+    }
+
+    fn record(n: u64) -> StackRecord {
+        let id = id(n);
+        StackRecord {
+            pod_id: id.pod_name(),
+            service_name: id.service_name(),
+            stack_id: id,
+            namespace: "stacks".into(),
+            node_id: "n1".into(),
+            node_public_ip: None,
+            pod_spec: String::new(),
+            ports: vec![],
+            status: StackStatus::Running,
+            ttl_expires_at: Timestamp::UNIX_EPOCH,
+            created_at: Timestamp::UNIX_EPOCH,
+            updated_at: Timestamp::UNIX_EPOCH,
+            requested_cpu_milli: 0,
+            requested_memory_bytes: 0,
+            idempotency_key: None,
+        }
+    }
+
+    fn removal(n: u64, reason: RemovalReason) -> Action {
+        let r = record(n);
+        Action::Remove(Box::new(Removal {
+            pod: Some(r.pod_id.clone()),
+            service: Some(r.service_name.clone()),
+            record: r,
+            reason,
+            mark: None,
+        }))
+    }
+
+    fn update(n: u64) -> Action {
+        Action::UpdateStatus {
+            stack_id: id(n),
+            observed: ObservedState {
+                status: StackStatus::Running,
+                node_id: "n1".into(),
+                node_public_ip: None,
+            },
+        }
+    }
+
+    fn job() -> Action {
+        let now = Timestamp::UNIX_EPOCH;
+        Action::ResumeJob(BatchDeleteJob {
+            job_id: "job-1".into(),
+            status: JobStatus::Running,
+            total: 1,
+            deleted: 0,
+            not_found: 0,
+            failed: 0,
+            errors: vec![],
+            pending: vec!["stack-1".into()],
+            created_at: now,
+            updated_at: now,
+        })
+    }
+
+    fn limits(concurrency: usize) -> Limits {
+        Limits {
+            concurrency,
+            stop_at: Instant::now() + Duration::from_secs(60),
+        }
+    }
+
+    async fn go(fake: &Fake, actions: Vec<Action>, limits: Limits) -> Tally {
+        apply(fake, actions, limits, Timestamp::UNIX_EPOCH).await
+    }
+
+    #[tokio::test]
+    async fn a_removal_deletes_objects_before_the_record() {
+        let fake = Fake::default();
+        let tally = go(&fake, vec![removal(1, RemovalReason::Expired)], limits(4)).await;
+        assert_eq!(
+            tally,
+            Tally {
+                expired: 1,
+                ..Tally::default()
+            }
+        );
+        let calls = fake.calls();
+        assert_eq!(calls.len(), 3);
+        assert_eq!(calls[2], format!("record/{}", id(1)));
+    }
+
+    #[tokio::test]
+    async fn a_failed_object_delete_keeps_the_record() {
+        for failing in [format!("Pod/{}", id(1)), format!("Service/svc-{}", id(1))] {
+            let fake = Fake {
+                failing: HashSet::from([failing.clone()]),
+                ..Fake::default()
+            };
+            let tally = go(&fake, vec![removal(1, RemovalReason::PodMissing)], limits(4)).await;
+            assert_eq!(
+                tally,
+                Tally {
+                    failures: 1,
+                    ..Tally::default()
+                },
+                "{failing}"
+            );
+            assert!(!fake.calls().iter().any(|c| c.starts_with("record/")), "{failing}");
+        }
+    }
+
+    #[tokio::test]
+    async fn not_found_counts_as_deleted() {
+        let fake = Fake {
+            not_found: HashSet::from([format!("Pod/{}", id(1)), format!("Pod/{}", id(2))]),
+            ..Fake::default()
+        };
+        let orphan = Action::DeleteOrphan {
+            kind: ObjectKind::Pod,
+            name: id(2).pod_name(),
+        };
+        let tally = go(&fake, vec![removal(1, RemovalReason::NodeMissing), orphan], limits(4)).await;
+        assert_eq!(
+            tally,
+            Tally {
+                drift: 1,
+                orphans: 1,
+                ..Tally::default()
+            }
+        );
+        assert!(fake.calls().contains(&format!("record/{}", id(1))));
+    }
+
+    #[tokio::test]
+    async fn a_mark_is_written_before_anything_is_deleted() {
+        let mut action = removal(1, RemovalReason::NodeMissing);
+        if let Action::Remove(r) = &mut action {
+            r.mark = Some(ObservedState {
+                status: StackStatus::NodeDeleted,
+                node_id: "n1".into(),
+                node_public_ip: None,
+            });
+        }
+        let fake = Fake::default();
+        assert_eq!(
+            go(&fake, vec![action], limits(1)).await,
+            Tally {
+                drift: 1,
+                ..Tally::default()
+            }
+        );
+        let calls = fake.calls();
+        assert_eq!(calls.first(), Some(&format!("status/{}=node_deleted", id(1))));
+        assert_eq!(calls.last(), Some(&format!("record/{}", id(1))));
+    }
+
+    #[tokio::test]
+    async fn outcomes_are_counted_by_kind() {
+        let fake = Fake {
+            gone_records: HashSet::from([id(5).to_string()]),
+            ..Fake::default()
+        };
+        let actions = vec![
+            removal(1, RemovalReason::Expired),
+            removal(2, RemovalReason::Unschedulable),
+            Action::DeleteOrphan {
+                kind: ObjectKind::Service,
+                name: "svc-x".into(),
+            },
+            update(4),
+            update(5),
+            job(),
+        ];
+        let tally = go(&fake, actions, limits(3)).await;
+        assert_eq!(
+            tally,
+            Tally {
+                expired: 1,
+                drift: 1,
+                orphans: 1,
+                status_updates: 1,
+                jobs: 1,
+                ..Tally::default()
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn paused_jobs_are_left_for_the_next_pass_and_taken_over_ones_are_not_counted() {
+        let paused = Fake {
+            job_run: Some(JobRun::Paused),
+            ..Fake::default()
+        };
+        assert_eq!(
+            go(&paused, vec![job()], limits(1)).await,
+            Tally {
+                remaining: 1,
+                ..Tally::default()
+            }
+        );
+        let taken = Fake {
+            job_run: Some(JobRun::TakenOver),
+            ..Fake::default()
+        };
+        assert_eq!(go(&taken, vec![job()], limits(1)).await, Tally::default());
+    }
+
+    #[tokio::test]
+    async fn concurrency_is_bounded() {
+        let fake = Fake {
+            delay: Duration::from_millis(5),
+            ..Fake::default()
+        };
+        let actions: Vec<Action> = (0..40).map(update).collect();
+        let tally = go(&fake, actions, limits(4)).await;
+        assert_eq!(tally.status_updates, 40);
+        let max = fake.max_in_flight.load(Ordering::SeqCst);
+        assert!((2..=4).contains(&max), "max in flight {max}");
+    }
+
+    #[tokio::test]
+    async fn nothing_starts_after_the_deadline() {
+        let fake = Fake::default();
+        let past = Limits {
+            concurrency: 4,
+            stop_at: Instant::now(),
+        };
+        let tally = go(&fake, vec![removal(1, RemovalReason::Expired), update(2), job()], past).await;
+        assert_eq!(
+            tally,
+            Tally {
+                remaining: 3,
+                ..Tally::default()
+            }
+        );
+        assert!(fake.calls().is_empty());
+    }
+
+    #[tokio::test]
+    async fn work_stops_when_the_budget_runs_out() {
+        let fake = Fake {
+            delay: Duration::from_millis(20),
+            ..Fake::default()
+        };
+        let actions: Vec<Action> = (0..100).map(update).collect();
+        let budget = Limits {
+            concurrency: 2,
+            stop_at: Instant::now() + Duration::from_millis(100),
+        };
+        let tally = go(&fake, actions, budget).await;
+        assert_eq!(tally.status_updates + tally.remaining, 100);
+        assert!(tally.remaining > 50, "{tally:?}");
+        assert_eq!(fake.calls().len(), tally.status_updates);
+    }
+}

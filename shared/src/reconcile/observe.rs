@@ -1,0 +1,31 @@
+//! Reading everything one pass needs with a constant number of (paginated) calls.
+
+use super::plan::Snapshot;
+use super::views::{NodeView, PodView, ServiceView};
+use crate::cluster::{Cluster, ClusterError};
+use crate::store::{Store, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ObserveError {
+    #[error("reading the store: {0}")]
+    Store(#[from] StoreError),
+    #[error("listing the cluster: {0}")]
+    Cluster(#[from] ClusterError),
+}
+
+/// Records (and jobs) first, then our pods and services, then nodes. The API creates pod and
+/// service before the record, so any listed record's objects existed before they were listed;
+/// any node a listed pod is bound to existed before the node list. A missing object is then
+/// really gone, not merely created after its list call.
+pub async fn observe(store: &Store, cluster: &Cluster) -> Result<Snapshot, ObserveError> {
+    let (records, jobs) = tokio::try_join!(store.list_stacks(), store.list_unfinished_jobs())?;
+    let (pods, services) = tokio::try_join!(cluster.list_stack_pods(), cluster.list_stack_services())?;
+    let nodes = cluster.list_nodes().await?;
+    Ok(Snapshot {
+        records,
+        pods: pods.iter().map(PodView::of).collect(),
+        services: services.iter().map(ServiceView::of).collect(),
+        nodes: nodes.iter().filter_map(NodeView::of).collect(),
+        jobs,
+    })
+}

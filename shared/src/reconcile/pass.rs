@@ -1,0 +1,149 @@
+//! One reconcile pass: lease, observe, plan, apply, release.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+
+use super::apply::{Limits, apply};
+use super::live::LiveEffects;
+use super::observe::{ObserveError, observe};
+use super::plan::{PlanConfig, plan};
+use super::summary::Summary;
+use crate::config::Config;
+use crate::stacks::Stacks;
+use crate::store::StoreError;
+
+/// Name of the lease item (pk=`LEASE`) that keeps passes from overlapping.
+pub const LEASE_NAME: &str = "reconciler";
+/// Kept free at the end of the budget for actions already started (each AWS or apiserver call
+/// is bounded by a few seconds) and for releasing the lease.
+const END_RESERVE: Duration = Duration::from_secs(15);
+/// How long a stalled batch-delete job waits before the reconciler takes it over. The API
+/// saves progress every few seconds while it works on one.
+const JOB_IDLE: Duration = Duration::from_secs(30);
+/// The lease outlives the deadline a little so that a pass finishing late is still the owner
+/// when it releases.
+const LEASE_SLACK: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum PassError {
+    #[error("reconciler lease: {0}")]
+    Lease(StoreError),
+    #[error(transparent)]
+    Observe(#[from] ObserveError),
+}
+
+/// What a pass runs with; built once per process.
+pub struct Reconciler {
+    stacks: Arc<Stacks>,
+    plan: PlanConfig,
+    concurrency: usize,
+}
+
+impl Reconciler {
+    pub fn new(stacks: Arc<Stacks>) -> Self {
+        let config = stacks.config();
+        Self {
+            plan: plan_config(config),
+            concurrency: config.reconcile_concurrency,
+            stacks,
+        }
+    }
+}
+
+pub fn plan_config(config: &Config) -> PlanConfig {
+    PlanConfig {
+        namespace: config.namespace.clone(),
+        orphan_grace: config.orphan_grace,
+        scheduling_timeout: config.scheduling_timeout,
+        reap_terminated: config.reap_terminated,
+        job_idle: JOB_IDLE,
+    }
+}
+
+/// Runs one pass unless another holds the lease; starts no work after the deadline minus a
+/// reserve. Errors only when the pass could not run at all; failed actions are counted in
+/// the summary and retried by the next pass.
+pub async fn run_pass(reconciler: &Reconciler, deadline: Instant) -> Result<Summary, PassError> {
+    let started = Instant::now();
+    let store = reconciler.stacks.store();
+    let owner = format!("{:016x}", rand::random::<u64>());
+    let lease_ttl = deadline.saturating_duration_since(started) + LEASE_SLACK;
+    if !store
+        .try_acquire_lease(LEASE_NAME, &owner, lease_ttl, Timestamp::now())
+        .await
+        .map_err(PassError::Lease)?
+    {
+        tracing::info!("another reconcile pass holds the lease; skipping");
+        return Ok(Summary::skipped(millis_since(started)));
+    }
+    let outcome = reconcile(reconciler, stop_at(started, deadline)).await;
+    match store.release_lease(LEASE_NAME, &owner).await {
+        Ok(true) => {}
+        Ok(false) => tracing::warn!(%owner, "reconciler lease expired during the pass"),
+        // It expires on its own.
+        Err(err) => tracing::warn!(error = %err, "releasing the reconciler lease failed"),
+    }
+    let mut summary = outcome?;
+    summary.duration_ms = millis_since(started);
+    Ok(summary)
+}
+
+async fn reconcile(reconciler: &Reconciler, stop_at: Instant) -> Result<Summary, PassError> {
+    let stacks = reconciler.stacks.as_ref();
+    // Taken before observing: every age then comes out a little young (never too old), and a
+    // record counts as expired only if its TTL had passed before it was read, so a renewal
+    // that raced the read cannot be undone by this pass.
+    let now = Timestamp::now();
+    let snapshot = observe(stacks.store(), stacks.cluster()).await?;
+    let plan = plan(snapshot, now, &reconciler.plan);
+    if plan.foreign > 0 {
+        tracing::warn!(records = plan.foreign, "records of another namespace left alone");
+    }
+    let limits = Limits {
+        concurrency: reconciler.concurrency,
+        stop_at,
+    };
+    let tally = apply(&LiveEffects::new(stacks), plan.actions, limits, now).await;
+    Ok(Summary {
+        lease_held: true,
+        scanned: plan.scanned,
+        expired: tally.expired,
+        drift: tally.drift,
+        orphans: tally.orphans,
+        status_updates: tally.status_updates,
+        jobs: tally.jobs,
+        in_flight: plan.in_flight,
+        failures: tally.failures,
+        remaining: tally.remaining,
+        duration_ms: 0,
+    })
+}
+
+/// When to stop starting work: the reserve before the deadline, but never more than a
+/// quarter of the time there is.
+fn stop_at(now: Instant, deadline: Instant) -> Instant {
+    let left = deadline.saturating_duration_since(now);
+    now + left - END_RESERVE.min(left / 4)
+}
+
+fn millis_since(started: Instant) -> u64 {
+    u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn work_stops_a_reserve_before_the_deadline() {
+        let now = Instant::now();
+        let at = |secs| stop_at(now, now + Duration::from_secs(secs)).duration_since(now);
+        assert_eq!(at(300), Duration::from_secs(285));
+        assert_eq!(at(60), Duration::from_secs(45));
+        assert_eq!(at(20), Duration::from_secs(15));
+        assert_eq!(stop_at(now, now), now);
+        assert_eq!(stop_at(now, now - Duration::from_secs(1)), now);
+    }
+}

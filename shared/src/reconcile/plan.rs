@@ -1,0 +1,941 @@
+//! The reconciler's decisions: what one pass should do, given what it observed (pure).
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+
+use super::views::{NodeView, ObjectView, PodView, ServiceView};
+use crate::cluster::Scheduling;
+use crate::model::{BatchDeleteJob, StackId, StackRecord, StackStatus};
+use crate::store::ObservedState;
+
+/// The settings the plan depends on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanConfig {
+    /// `STACK_NAMESPACE`: only records and objects of this namespace are acted on.
+    pub namespace: String,
+    /// `STACK_ORPHAN_GRACE`: how old an unclaimed object, or a `creating` record missing an
+    /// object, must be before it is treated as leaked rather than in flight.
+    pub orphan_grace: Duration,
+    /// `STACK_SCHEDULING_TIMEOUT`: how long a pod may stay unscheduled, from its creation.
+    pub scheduling_timeout: Duration,
+    /// `STACK_REAP_TERMINATED`: end stacks whose pod succeeded or failed before their TTL.
+    pub reap_terminated: bool,
+    /// How long an unfinished batch-delete job must have made no progress before the
+    /// reconciler takes it over from whoever started it.
+    pub job_idle: Duration,
+}
+
+/// Everything one pass observed.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub records: Vec<StackRecord>,
+    pub pods: Vec<PodView>,
+    pub services: Vec<ServiceView>,
+    pub nodes: Vec<NodeView>,
+    pub jobs: Vec<BatchDeleteJob>,
+}
+
+/// Why a stack is ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RemovalReason {
+    Expired,
+    PodMissing,
+    ServiceMissing,
+    NodeMissing,
+    /// Not scheduled within the scheduling timeout.
+    Unschedulable,
+    /// Pod succeeded or failed and `reap_terminated` is on.
+    Terminated,
+}
+
+/// Ends a stack: its remaining objects first, then its record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Removal {
+    pub record: StackRecord,
+    pub reason: RemovalReason,
+    /// Our pod, if it was observed (an object without our label is never deleted).
+    pub pod: Option<String>,
+    /// Our service, if it was observed.
+    pub service: Option<String>,
+    /// Written to the record before anything is deleted, so that clients see the terminal
+    /// status even if the removal fails half-way.
+    pub mark: Option<ObservedState>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ObjectKind {
+    Pod,
+    Service,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    Remove(Box<Removal>),
+    /// An object of ours that no record claims, older than the orphan grace.
+    DeleteOrphan {
+        kind: ObjectKind,
+        name: String,
+    },
+    /// The cluster shows something else than the record says.
+    UpdateStatus {
+        stack_id: StackId,
+        observed: ObservedState,
+    },
+    /// A batch-delete job nobody is advancing.
+    ResumeJob(BatchDeleteJob),
+}
+
+/// What one pass should do, most urgent first: removals free capacity, status updates only
+/// refresh what clients already get on their next read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub actions: Vec<Action>,
+    /// Records looked at.
+    pub scanned: usize,
+    /// `creating` records missing an object but younger than the orphan grace.
+    pub in_flight: usize,
+    /// Records of another namespace (the configuration changed): left alone.
+    pub foreign: usize,
+}
+
+/// What the pass should do about one record.
+enum Verdict {
+    Keep,
+    InFlight,
+    Foreign,
+    Remove(RemovalReason, Option<ObservedState>),
+    Update(ObservedState),
+}
+
+/// Our objects of the stack namespace, by name.
+struct Objects<'a> {
+    pods: HashMap<&'a str, &'a PodView>,
+    services: HashMap<&'a str, &'a ServiceView>,
+    nodes: HashMap<&'a str, &'a NodeView>,
+}
+
+impl<'a> Objects<'a> {
+    fn index(snapshot: &'a Snapshot, config: &PlanConfig) -> Self {
+        let ours = |o: &ObjectView| o.managed && o.namespace == config.namespace;
+        Self {
+            pods: snapshot
+                .pods
+                .iter()
+                .filter(|p| ours(&p.object))
+                .map(|p| (p.object.name.as_str(), p))
+                .collect(),
+            services: snapshot
+                .services
+                .iter()
+                .filter(|s| ours(&s.object))
+                .map(|s| (s.object.name.as_str(), s))
+                .collect(),
+            nodes: snapshot.nodes.iter().map(|n| (n.name.as_str(), n)).collect(),
+        }
+    }
+}
+
+pub fn plan(snapshot: Snapshot, now: Timestamp, config: &PlanConfig) -> Plan {
+    let objects = Objects::index(&snapshot, config);
+    let mut result = Plan {
+        scanned: snapshot.records.len(),
+        ..Plan::default()
+    };
+    let mut removals = Vec::new();
+    let mut updates = Vec::new();
+    let mut claimed_pods = HashSet::new();
+    let mut claimed_services = HashSet::new();
+
+    for record in &snapshot.records {
+        claimed_pods.insert(record.pod_id.as_str());
+        claimed_services.insert(record.service_name.as_str());
+        match judge(record, &objects, now, config) {
+            Verdict::Keep => {}
+            Verdict::InFlight => result.in_flight += 1,
+            Verdict::Foreign => result.foreign += 1,
+            Verdict::Update(observed) => updates.push(Action::UpdateStatus {
+                stack_id: record.stack_id.clone(),
+                observed,
+            }),
+            Verdict::Remove(reason, mark) => removals.push(Action::Remove(Box::new(Removal {
+                record: record.clone(),
+                reason,
+                pod: objects.pods.get(record.pod_id.as_str()).map(|p| p.object.name.clone()),
+                service: objects
+                    .services
+                    .get(record.service_name.as_str())
+                    .map(|s| s.object.name.clone()),
+                mark,
+            }))),
+        }
+    }
+
+    result.actions = removals;
+    // Walk the snapshot's own order (not the maps') so that plans are deterministic.
+    let is_orphan = |object: &ObjectView, claimed: &HashSet<&str>| {
+        object.managed
+            && object.namespace == config.namespace
+            && !object.terminating
+            && !claimed.contains(object.name.as_str())
+            && older_than(object.created_at, now, config.orphan_grace)
+    };
+    for service in snapshot
+        .services
+        .iter()
+        .filter(|s| is_orphan(&s.object, &claimed_services))
+    {
+        result.actions.push(Action::DeleteOrphan {
+            kind: ObjectKind::Service,
+            name: service.object.name.clone(),
+        });
+    }
+    for pod in snapshot.pods.iter().filter(|p| is_orphan(&p.object, &claimed_pods)) {
+        result.actions.push(Action::DeleteOrphan {
+            kind: ObjectKind::Pod,
+            name: pod.object.name.clone(),
+        });
+    }
+    for job in &snapshot.jobs {
+        if !job.status.is_finished() && older_than(Some(job.updated_at), now, config.job_idle) {
+            result.actions.push(Action::ResumeJob(job.clone()));
+        }
+    }
+    result.actions.extend(updates);
+    result
+}
+
+fn judge(record: &StackRecord, objects: &Objects<'_>, now: Timestamp, config: &PlanConfig) -> Verdict {
+    if record.namespace != config.namespace {
+        return Verdict::Foreign;
+    }
+    if record.ttl_expires_at <= now {
+        return Verdict::Remove(RemovalReason::Expired, None);
+    }
+    // An object being deleted counts as gone.
+    let pod = objects
+        .pods
+        .get(record.pod_id.as_str())
+        .filter(|p| !p.object.terminating);
+    let service = objects
+        .services
+        .get(record.service_name.as_str())
+        .filter(|s| !s.object.terminating);
+    // The API creates the pod, then the service, then the record; a young `creating` record
+    // missing something may belong to a create still in progress.
+    let in_flight =
+        record.status == StackStatus::Creating && !older_than(Some(record.created_at), now, config.orphan_grace);
+    let Some(pod) = pod else {
+        return if in_flight {
+            Verdict::InFlight
+        } else {
+            Verdict::Remove(RemovalReason::PodMissing, None)
+        };
+    };
+    if service.is_none() {
+        return if in_flight {
+            Verdict::InFlight
+        } else {
+            Verdict::Remove(RemovalReason::ServiceMissing, None)
+        };
+    }
+    let (node_id, node_public_ip) = match &pod.scheduling {
+        Scheduling::Scheduled(node_name) => match objects.nodes.get(node_name.as_str()) {
+            Some(node) => (node_name.clone(), node.external_ip.clone()),
+            None if in_flight => return Verdict::InFlight,
+            None => {
+                let mark = (record.status != StackStatus::NodeDeleted).then(|| ObservedState {
+                    status: StackStatus::NodeDeleted,
+                    node_id: node_name.clone(),
+                    node_public_ip: record.node_public_ip.clone(),
+                });
+                return Verdict::Remove(RemovalReason::NodeMissing, mark);
+            }
+        },
+        Scheduling::Unschedulable(_) | Scheduling::Pending => {
+            let since = pod.object.created_at.unwrap_or(record.created_at);
+            if older_than(Some(since), now, config.scheduling_timeout) {
+                return Verdict::Remove(RemovalReason::Unschedulable, None);
+            }
+            (String::new(), None)
+        }
+    };
+    if config.reap_terminated && matches!(pod.status, StackStatus::Stopped | StackStatus::Failed) {
+        return Verdict::Remove(RemovalReason::Terminated, None);
+    }
+    // A pod that ran to its end keeps the status it showed last.
+    let status = if pod.status == StackStatus::Creating && record.status.is_terminal() {
+        record.status
+    } else {
+        pod.status
+    };
+    let observed = ObservedState {
+        status,
+        node_id,
+        node_public_ip,
+    };
+    if observed == ObservedState::of(record) {
+        Verdict::Keep
+    } else {
+        Verdict::Update(observed)
+    }
+}
+
+/// Strictly older than `age`; an unknown creation time is never old enough.
+fn older_than(created_at: Option<Timestamp>, now: Timestamp, age: Duration) -> bool {
+    let age = SignedDuration::try_from(age).unwrap_or(SignedDuration::MAX);
+    created_at.is_some_and(|created| now.duration_since(created) > age)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{JobStatus, PortMapping, Protocol};
+
+    const NS: &str = "stacks";
+    const GRACE: Duration = Duration::from_secs(120);
+    const SCHED: Duration = Duration::from_secs(20);
+
+    fn config() -> PlanConfig {
+        PlanConfig {
+            namespace: NS.into(),
+            orphan_grace: GRACE,
+            scheduling_timeout: SCHED,
+            reap_terminated: false,
+            job_idle: Duration::from_secs(30),
+        }
+    }
+
+    fn now() -> Timestamp {
+        "2030-01-01T12:00:00Z".parse().unwrap()
+    }
+
+    fn ago(secs: i64) -> Timestamp {
+        now() - SignedDuration::from_secs(secs)
+    }
+
+    fn id(n: u64) -> StackId {
+        format!("stack-{n:016x}").parse().unwrap()
+    }
+
+    /// A running stack on node `n1`, created ten minutes ago, expiring in an hour.
+    fn record(n: u64) -> StackRecord {
+        let id = id(n);
+        StackRecord {
+            pod_id: id.pod_name(),
+            service_name: id.service_name(),
+            stack_id: id,
+            namespace: NS.into(),
+            node_id: "n1".into(),
+            node_public_ip: Some("203.0.113.1".into()),
+            pod_spec: String::new(),
+            ports: vec![PortMapping {
+                container_port: 80,
+                protocol: Protocol::Tcp,
+                node_port: 31001,
+            }],
+            status: StackStatus::Running,
+            ttl_expires_at: now() + SignedDuration::from_hours(1),
+            created_at: ago(600),
+            updated_at: ago(600),
+            requested_cpu_milli: 100,
+            requested_memory_bytes: 1 << 20,
+            idempotency_key: None,
+        }
+    }
+
+    fn object(name: String, created_at: Timestamp) -> ObjectView {
+        ObjectView {
+            name,
+            namespace: NS.into(),
+            managed: true,
+            created_at: Some(created_at),
+            terminating: false,
+        }
+    }
+
+    fn pod(n: u64) -> PodView {
+        PodView {
+            object: object(id(n).pod_name(), ago(600)),
+            status: StackStatus::Running,
+            scheduling: Scheduling::Scheduled("n1".into()),
+        }
+    }
+
+    fn service(n: u64) -> ServiceView {
+        ServiceView {
+            object: object(id(n).service_name(), ago(600)),
+        }
+    }
+
+    fn node(name: &str, ip: &str) -> NodeView {
+        NodeView {
+            name: name.into(),
+            external_ip: Some(ip.into()),
+        }
+    }
+
+    /// Stack 1, healthy and in sync with its record.
+    fn healthy() -> Snapshot {
+        Snapshot {
+            records: vec![record(1)],
+            pods: vec![pod(1)],
+            services: vec![service(1)],
+            nodes: vec![node("n1", "203.0.113.1")],
+            jobs: vec![],
+        }
+    }
+
+    fn run(snapshot: Snapshot) -> Plan {
+        plan(snapshot, now(), &config())
+    }
+
+    fn removal(plan: &Plan) -> Option<&Removal> {
+        plan.actions.iter().find_map(|a| match a {
+            Action::Remove(r) => Some(r.as_ref()),
+            _ => None,
+        })
+    }
+
+    fn reason(plan: &Plan) -> Option<RemovalReason> {
+        removal(plan).map(|r| r.reason)
+    }
+
+    fn job(status: JobStatus, updated_secs_ago: i64) -> BatchDeleteJob {
+        BatchDeleteJob {
+            job_id: "job-0000000000000001".into(),
+            status,
+            total: 2,
+            deleted: 1,
+            not_found: 0,
+            failed: 0,
+            errors: vec![],
+            pending: vec![id(9).to_string()],
+            created_at: ago(3600),
+            updated_at: ago(updated_secs_ago),
+        }
+    }
+
+    #[test]
+    fn a_stack_in_sync_needs_nothing() {
+        let p = run(healthy());
+        assert_eq!(p.actions, vec![]);
+        assert_eq!((p.scanned, p.in_flight, p.foreign), (1, 0, 0));
+    }
+
+    #[test]
+    fn record_ending_rules() {
+        type Edit = fn(&mut Snapshot);
+        let cases: Vec<(&str, Edit, Option<RemovalReason>)> = vec![
+            ("ttl in the future", |_| {}, None),
+            (
+                "ttl reached exactly",
+                |s| s.records[0].ttl_expires_at = now(),
+                Some(RemovalReason::Expired),
+            ),
+            (
+                "ttl passed",
+                |s| s.records[0].ttl_expires_at = ago(1),
+                Some(RemovalReason::Expired),
+            ),
+            (
+                "ttl passed while creating and young",
+                |s| {
+                    s.records[0].ttl_expires_at = ago(1);
+                    s.records[0].status = StackStatus::Creating;
+                    s.records[0].created_at = ago(5);
+                },
+                Some(RemovalReason::Expired),
+            ),
+            ("pod gone", |s| s.pods.clear(), Some(RemovalReason::PodMissing)),
+            (
+                "pod terminating",
+                |s| s.pods[0].object.terminating = true,
+                Some(RemovalReason::PodMissing),
+            ),
+            (
+                "pod without our label",
+                |s| s.pods[0].object.managed = false,
+                Some(RemovalReason::PodMissing),
+            ),
+            (
+                "pod in another namespace",
+                |s| s.pods[0].object.namespace = "other".into(),
+                Some(RemovalReason::PodMissing),
+            ),
+            (
+                "service gone",
+                |s| s.services.clear(),
+                Some(RemovalReason::ServiceMissing),
+            ),
+            (
+                "service terminating",
+                |s| s.services[0].object.terminating = true,
+                Some(RemovalReason::ServiceMissing),
+            ),
+            ("node gone", |s| s.nodes.clear(), Some(RemovalReason::NodeMissing)),
+            (
+                "pod on another, missing node",
+                |s| s.pods[0].scheduling = Scheduling::Scheduled("n9".into()),
+                Some(RemovalReason::NodeMissing),
+            ),
+            (
+                "unschedulable past the timeout",
+                |s| {
+                    s.pods[0].scheduling = Scheduling::Unschedulable("0/3 nodes".into());
+                    s.pods[0].object.created_at = Some(ago(21));
+                },
+                Some(RemovalReason::Unschedulable),
+            ),
+            (
+                "unschedulable within the timeout",
+                |s| {
+                    s.pods[0].scheduling = Scheduling::Unschedulable("0/3 nodes".into());
+                    s.pods[0].object.created_at = Some(ago(19));
+                },
+                None,
+            ),
+            (
+                "no scheduling decision past the timeout",
+                |s| {
+                    s.pods[0].scheduling = Scheduling::Pending;
+                    s.pods[0].object.created_at = Some(ago(21));
+                },
+                Some(RemovalReason::Unschedulable),
+            ),
+            (
+                "unschedulable timed from the pod, not the older record",
+                |s| {
+                    s.pods[0].scheduling = Scheduling::Unschedulable("0/3 nodes".into());
+                    s.pods[0].object.created_at = Some(ago(10));
+                },
+                None,
+            ),
+            (
+                "unschedulable pod without creation time falls back to the record",
+                |s| {
+                    s.pods[0].scheduling = Scheduling::Unschedulable("0/3 nodes".into());
+                    s.pods[0].object.created_at = None;
+                },
+                Some(RemovalReason::Unschedulable),
+            ),
+            (
+                "succeeded pod kept until ttl",
+                |s| s.pods[0].status = StackStatus::Stopped,
+                None,
+            ),
+            (
+                "failed pod kept until ttl",
+                |s| s.pods[0].status = StackStatus::Failed,
+                None,
+            ),
+        ];
+        for (name, edit, want) in cases {
+            let mut snapshot = healthy();
+            edit(&mut snapshot);
+            assert_eq!(reason(&run(snapshot)), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn terminated_pods_are_reaped_only_when_configured() {
+        for status in [StackStatus::Stopped, StackStatus::Failed] {
+            let mut snapshot = healthy();
+            snapshot.pods[0].status = status;
+            let reaping = PlanConfig {
+                reap_terminated: true,
+                ..config()
+            };
+            assert_eq!(
+                reason(&plan(snapshot.clone(), now(), &reaping)),
+                Some(RemovalReason::Terminated)
+            );
+            assert_eq!(reason(&plan(snapshot, now(), &config())), None);
+        }
+        let reaping = PlanConfig {
+            reap_terminated: true,
+            ..config()
+        };
+        assert_eq!(
+            plan(healthy(), now(), &reaping).actions,
+            vec![],
+            "running pods are never reaped"
+        );
+    }
+
+    #[test]
+    fn young_creating_records_missing_objects_are_left_alone() {
+        type Edit = fn(&mut Snapshot);
+        let missing: Vec<(&str, Edit)> = vec![
+            ("pod", |s| s.pods.clear()),
+            ("service", |s| s.services.clear()),
+            ("node", |s| s.nodes.clear()),
+        ];
+        for (what, edit) in missing {
+            for (age, status, want_removed) in [
+                (60, StackStatus::Creating, false),
+                (120, StackStatus::Creating, false),
+                (121, StackStatus::Creating, true),
+                (60, StackStatus::Running, true),
+            ] {
+                let mut snapshot = healthy();
+                snapshot.records[0].created_at = ago(age);
+                snapshot.records[0].status = status;
+                edit(&mut snapshot);
+                let p = run(snapshot);
+                assert_eq!(
+                    removal(&p).is_some(),
+                    want_removed,
+                    "{what} missing, {status} record {age}s old"
+                );
+                assert_eq!(
+                    p.in_flight,
+                    usize::from(!want_removed),
+                    "{what} missing, {status} record {age}s old"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn removal_deletes_only_our_observed_objects() {
+        let mut snapshot = healthy();
+        snapshot.records[0].ttl_expires_at = ago(1);
+        let p = run(snapshot);
+        let r = removal(&p).unwrap();
+        assert_eq!(
+            r.record,
+            healthy().records[0].clone().tap(|r| r.ttl_expires_at = ago(1))
+        );
+        assert_eq!(r.pod.as_deref(), Some(id(1).pod_name().as_str()));
+        assert_eq!(r.service.as_deref(), Some(id(1).service_name().as_str()));
+        assert_eq!(r.mark, None);
+
+        // The pod lost our label: the record goes, the pod is not touched.
+        let mut snapshot = healthy();
+        snapshot.pods[0].object.managed = false;
+        let p = run(snapshot);
+        let r = removal(&p).unwrap();
+        assert_eq!((r.pod.clone(), r.service.is_some()), (None, true));
+
+        // A terminating pod is still deleted again (idempotent) before the record goes.
+        let mut snapshot = healthy();
+        snapshot.pods[0].object.terminating = true;
+        assert!(removal(&run(snapshot)).unwrap().pod.is_some());
+    }
+
+    #[test]
+    fn a_lost_node_is_written_as_node_deleted_before_removal() {
+        let mut snapshot = healthy();
+        snapshot.nodes.clear();
+        let p = run(snapshot);
+        let r = removal(&p).unwrap();
+        assert_eq!(
+            r.mark,
+            Some(ObservedState {
+                status: StackStatus::NodeDeleted,
+                node_id: "n1".into(),
+                node_public_ip: Some("203.0.113.1".into())
+            })
+        );
+        // Already marked by an earlier pass whose removal failed: not written again.
+        let mut snapshot = healthy();
+        snapshot.nodes.clear();
+        snapshot.records[0].status = StackStatus::NodeDeleted;
+        assert_eq!(removal(&run(snapshot)).unwrap().mark, None);
+    }
+
+    #[test]
+    fn status_write_backs_happen_only_on_change() {
+        type Edit = fn(&mut Snapshot);
+        let running_on_n1 = ObservedState {
+            status: StackStatus::Running,
+            node_id: "n1".into(),
+            node_public_ip: Some("203.0.113.1".into()),
+        };
+        let cases: Vec<(&str, Edit, Option<ObservedState>)> = vec![
+            ("nothing changed", |_| {}, None),
+            (
+                "pending -> creating record scheduled and running",
+                |s| {
+                    s.records[0].status = StackStatus::Creating;
+                    s.records[0].node_id = String::new();
+                    s.records[0].node_public_ip = None;
+                },
+                Some(running_on_n1.clone()),
+            ),
+            (
+                "still pending stays creating",
+                |s| {
+                    s.records[0].status = StackStatus::Creating;
+                    s.records[0].node_id = String::new();
+                    s.records[0].node_public_ip = None;
+                    s.pods[0].status = StackStatus::Creating;
+                    s.pods[0].scheduling = Scheduling::Pending;
+                    s.pods[0].object.created_at = Some(ago(5));
+                },
+                None,
+            ),
+            (
+                "scheduled but not running yet",
+                |s| {
+                    s.records[0].status = StackStatus::Creating;
+                    s.records[0].node_id = String::new();
+                    s.records[0].node_public_ip = None;
+                    s.pods[0].status = StackStatus::Creating;
+                },
+                Some(ObservedState {
+                    status: StackStatus::Creating,
+                    ..running_on_n1.clone()
+                }),
+            ),
+            (
+                "succeeded -> stopped",
+                |s| s.pods[0].status = StackStatus::Stopped,
+                Some(ObservedState {
+                    status: StackStatus::Stopped,
+                    ..running_on_n1.clone()
+                }),
+            ),
+            (
+                "failed -> failed",
+                |s| s.pods[0].status = StackStatus::Failed,
+                Some(ObservedState {
+                    status: StackStatus::Failed,
+                    ..running_on_n1.clone()
+                }),
+            ),
+            (
+                "terminal record keeps its status when the phase is unknown",
+                |s| {
+                    s.records[0].status = StackStatus::Stopped;
+                    s.pods[0].status = StackStatus::Creating;
+                },
+                None,
+            ),
+            (
+                "node address appeared",
+                |s| s.records[0].node_public_ip = None,
+                Some(running_on_n1.clone()),
+            ),
+            (
+                "node without external address",
+                |s| s.nodes[0].external_ip = None,
+                Some(ObservedState {
+                    node_public_ip: None,
+                    ..running_on_n1.clone()
+                }),
+            ),
+            (
+                "node address changed",
+                |s| s.nodes[0].external_ip = Some("198.51.100.4".into()),
+                Some(ObservedState {
+                    node_public_ip: Some("198.51.100.4".into()),
+                    ..running_on_n1.clone()
+                }),
+            ),
+        ];
+        for (name, edit, want) in cases {
+            let mut snapshot = healthy();
+            edit(&mut snapshot);
+            let p = run(snapshot);
+            let got: Vec<&ObservedState> = p
+                .actions
+                .iter()
+                .filter_map(|a| match a {
+                    Action::UpdateStatus { stack_id, observed } if *stack_id == id(1) => Some(observed),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(got, want.iter().collect::<Vec<_>>(), "{name}");
+            assert!(removal(&p).is_none(), "{name}");
+        }
+    }
+
+    #[test]
+    fn orphans_need_our_label_our_namespace_and_the_grace() {
+        type Edit = fn(&mut ObjectView);
+        let cases: Vec<(&str, Edit, bool)> = vec![
+            ("old and ours", |_| {}, true),
+            ("just past the grace", |o| o.created_at = Some(ago(121)), true),
+            ("exactly the grace", |o| o.created_at = Some(ago(120)), false),
+            ("young (create in flight)", |o| o.created_at = Some(ago(30)), false),
+            ("unknown age", |o| o.created_at = None, false),
+            ("no managed-by label", |o| o.managed = false, false),
+            ("another namespace", |o| o.namespace = "default".into(), false),
+            ("already terminating", |o| o.terminating = true, false),
+        ];
+        for (name, edit, want) in cases {
+            let mut snapshot = Snapshot {
+                nodes: vec![node("n1", "203.0.113.1")],
+                ..Snapshot::default()
+            };
+            let (mut p, mut s) = (pod(7), service(7));
+            edit(&mut p.object);
+            edit(&mut s.object);
+            snapshot.pods.push(p);
+            snapshot.services.push(s);
+            let want: Vec<Action> = if want {
+                vec![
+                    Action::DeleteOrphan {
+                        kind: ObjectKind::Service,
+                        name: id(7).service_name(),
+                    },
+                    Action::DeleteOrphan {
+                        kind: ObjectKind::Pod,
+                        name: id(7).pod_name(),
+                    },
+                ]
+            } else {
+                vec![]
+            };
+            assert_eq!(run(snapshot).actions, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn objects_claimed_by_a_record_are_never_orphans() {
+        // An in-flight create: pod made, service and record on their way; record already seen.
+        let mut snapshot = healthy();
+        snapshot.records[0].status = StackStatus::Creating;
+        snapshot.pods[0].object.created_at = Some(ago(1_000));
+        snapshot.records[0].created_at = ago(60);
+        snapshot.services.clear();
+        let p = run(snapshot);
+        assert_eq!(p.actions, vec![]);
+        assert_eq!(p.in_flight, 1);
+
+        // A stack being removed is one action, its objects are not orphans besides.
+        let mut snapshot = healthy();
+        snapshot.records[0].ttl_expires_at = ago(1);
+        let p = run(snapshot);
+        assert_eq!(p.actions.len(), 1);
+        assert!(matches!(p.actions[0], Action::Remove(_)));
+    }
+
+    #[test]
+    fn records_of_another_namespace_are_left_alone() {
+        let mut snapshot = healthy();
+        snapshot.records[0].namespace = "old-stacks".into();
+        snapshot.records[0].ttl_expires_at = ago(1);
+        snapshot.pods.clear();
+        let p = run(snapshot);
+        assert_eq!(p.actions, vec![]);
+        assert_eq!(p.foreign, 1);
+    }
+
+    #[test]
+    fn only_idle_unfinished_jobs_are_resumed() {
+        for (status, idle_secs, want) in [
+            (JobStatus::Queued, 31, true),
+            (JobStatus::Running, 31, true),
+            (JobStatus::Running, 30, false),
+            (JobStatus::Running, 5, false),
+            (JobStatus::Completed, 3600, false),
+            (JobStatus::Failed, 3600, false),
+        ] {
+            let snapshot = Snapshot {
+                jobs: vec![job(status, idle_secs)],
+                ..Snapshot::default()
+            };
+            let resumed = run(snapshot)
+                .actions
+                .iter()
+                .any(|a| matches!(a, Action::ResumeJob(j) if j.pending.len() == 1));
+            assert_eq!(resumed, want, "{status:?} idle {idle_secs}s");
+        }
+    }
+
+    #[test]
+    fn removals_come_first_and_status_updates_last() {
+        let mut snapshot = healthy();
+        // 1: status drift; 2: expired; orphan 3; job.
+        snapshot.records[0].node_public_ip = None;
+        snapshot.records.push(record(2).tap(|r| r.ttl_expires_at = ago(1)));
+        snapshot.pods.push(pod(3));
+        snapshot.jobs.push(job(JobStatus::Running, 600));
+        let kinds: Vec<&str> = run(snapshot)
+            .actions
+            .iter()
+            .map(|a| match a {
+                Action::Remove(_) => "remove",
+                Action::DeleteOrphan { .. } => "orphan",
+                Action::ResumeJob(_) => "job",
+                Action::UpdateStatus { .. } => "update",
+            })
+            .collect();
+        assert_eq!(kinds, ["remove", "orphan", "job", "update"]);
+    }
+
+    /// Healthy, expired, drifted, in-flight, updated stacks and orphans, 1,000 of each.
+    fn large_snapshot(per_kind: u64) -> Snapshot {
+        let mut s = Snapshot {
+            nodes: (0..50).map(|i| node(&format!("n{i}"), "203.0.113.1")).collect(),
+            ..Snapshot::default()
+        };
+        for i in 0..per_kind * 5 {
+            let mut r = record(i);
+            r.node_id = format!("n{}", i % 50);
+            let mut p = pod(i);
+            p.scheduling = Scheduling::Scheduled(r.node_id.clone());
+            match i % 5 {
+                0 => {}
+                1 => r.ttl_expires_at = ago(1),
+                2 => {
+                    s.records.push(r);
+                    s.services.push(service(i));
+                    continue;
+                }
+                3 => {
+                    r.status = StackStatus::Creating;
+                    r.created_at = ago(10);
+                    s.records.push(r);
+                    continue;
+                }
+                _ => r.node_public_ip = None,
+            }
+            s.records.push(r);
+            s.pods.push(p);
+            s.services.push(service(i));
+        }
+        for i in 0..per_kind {
+            s.pods.push(pod(1_000_000 + i));
+        }
+        s
+    }
+
+    #[test]
+    fn plans_five_thousand_stacks_quickly() {
+        let snapshot = large_snapshot(1_000);
+        let started = std::time::Instant::now();
+        let p = run(snapshot);
+        let elapsed = started.elapsed();
+        println!(
+            "planned {} records into {} actions in {elapsed:?}",
+            p.scanned,
+            p.actions.len()
+        );
+        let count = |f: fn(&Action) -> bool| p.actions.iter().filter(|a| f(a)).count();
+        assert_eq!(p.scanned, 5_000);
+        assert_eq!(
+            count(|a| matches!(a, Action::Remove(r) if r.reason == RemovalReason::Expired)),
+            1_000
+        );
+        assert_eq!(
+            count(|a| matches!(a, Action::Remove(r) if r.reason == RemovalReason::PodMissing)),
+            1_000
+        );
+        assert_eq!(count(|a| matches!(a, Action::UpdateStatus { .. })), 1_000);
+        assert_eq!(count(|a| matches!(a, Action::DeleteOrphan { .. })), 1_000);
+        assert_eq!(p.in_flight, 1_000);
+    }
+
+    trait Tap: Sized {
+        fn tap(mut self, f: impl FnOnce(&mut Self)) -> Self {
+            f(&mut self);
+            self
+        }
+    }
+    impl<T> Tap for T {}
+}

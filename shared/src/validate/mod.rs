@@ -1,0 +1,83 @@
+//! The manifest validator: turns the Pod manifest a CTF platform sends into the hardened Pod that
+//! is actually applied, or says which field breaks which rule. Pure: no I/O, no clock.
+//!
+//! Steps, each in its own module: bounded YAML parsing (`bounded_yaml`), the Pod schema with
+//! unknown fields refused (`schema`), metadata, pod-level, container and volume rules, target
+//! ports, resource normalization and accounting (`resources`), then the forced settings
+//! (`harden`).
+//!
+//! Decisions on fields the rules leave open are documented where they are enforced:
+//! `metadata` (name/namespace replaced, `app.kubernetes.io/*` allowed), `pod_spec`
+//! (tolerations, affinity, DNS, grace period), `containers` (probe hosts, mounts, sidecars),
+//! `volumes` and `resources` (normalization to the limit).
+
+mod bounded_yaml;
+mod containers;
+mod harden;
+mod images;
+mod metadata;
+mod nesting;
+mod pod_spec;
+mod policy;
+mod ports;
+pub mod quantity;
+mod rejection;
+mod resources;
+mod schema;
+mod volumes;
+
+#[cfg(test)]
+mod tests;
+
+use k8s_openapi::api::core::v1::Pod;
+
+pub use bounded_yaml::{MAX_DEPTH, MAX_NODES};
+pub use harden::DROPPED_CAPABILITIES;
+pub use pod_spec::MAX_TERMINATION_GRACE_SECS;
+pub use policy::ValidationPolicy;
+pub use ports::{MAX_TARGET_PORTS, validate_target_ports};
+pub use rejection::Rejection;
+
+use crate::model::{StackId, TargetPort};
+
+/// A manifest that passed every rule, with the forced settings applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HardenedPod {
+    pub pod: Pod,
+    /// `pod` as YAML: what is stored and shown as the stack's `pod_spec`.
+    pub yaml: String,
+    /// The pod's effective CPU request as the scheduler counts it.
+    pub requested_cpu_milli: i64,
+    /// The pod's effective memory request as the scheduler counts it.
+    pub requested_memory_bytes: i64,
+}
+
+/// Validates `manifest_yaml` for stack `stack_id` exposing `target_ports`, and hardens it.
+pub fn validate(
+    manifest_yaml: &str,
+    target_ports: &[TargetPort],
+    stack_id: &StackId,
+    policy: &ValidationPolicy,
+) -> Result<HardenedPod, Rejection> {
+    validate_target_ports(target_ports)?;
+    let raw = bounded_yaml::parse(manifest_yaml, policy.max_manifest_bytes)?;
+    let mut pod = schema::read_pod(&raw)?;
+    drop(raw);
+    metadata::check(&pod.metadata)?;
+    let spec = pod.spec.as_mut().ok_or_else(|| Rejection::required("spec"))?;
+    pod_spec::check(spec, policy)?;
+    containers::check(spec, policy)?;
+    volumes::check(spec)?;
+    ports::check_declared(target_ports, &spec.containers)?;
+    let totals = resources::normalize(spec, policy)?;
+    volumes::cap_empty_dirs(spec, policy.ephemeral_storage_limit);
+    harden::apply(&mut pod, stack_id, policy);
+    let yaml =
+        serde_yaml::to_string(&pod).map_err(|err| Rejection::new("manifest", format!("cannot be encoded: {err}")))?;
+    Ok(HardenedPod {
+        pod,
+        yaml,
+        requested_cpu_milli: totals.cpu_milli,
+        requested_memory_bytes: totals.memory_bytes,
+    })
+}

@@ -1,0 +1,85 @@
+//! Why a manifest was refused: the offending field's path and the problem with it.
+
+use std::fmt;
+
+/// Longest problem text kept; serde errors can quote whole input strings.
+const MAX_PROBLEM_CHARS: usize = 300;
+
+/// A refused manifest. `Display` is `"<field path> <problem>"`, e.g.
+/// `spec.containers[0].securityContext is forbidden`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path} {problem}")]
+pub struct Rejection {
+    /// Dotted path of the field, `[i]` for list items (`spec.volumes[1].hostPath`), or
+    /// `manifest` / `target_port` when no single field is at fault.
+    pub path: String,
+    pub problem: String,
+}
+
+impl Rejection {
+    pub fn new(path: impl Into<String>, problem: impl Into<String>) -> Self {
+        let mut problem = problem.into();
+        if let Some((cut, _)) = problem.char_indices().nth(MAX_PROBLEM_CHARS) {
+            problem.truncate(cut);
+            problem.push('…');
+        }
+        Self {
+            path: path.into(),
+            problem,
+        }
+    }
+
+    /// The field is present but may not be.
+    pub fn forbidden(path: impl Into<String>) -> Self {
+        Self::new(path, "is forbidden")
+    }
+
+    /// The field is forbidden, with the reason a manifest author needs to fix it.
+    pub fn forbidden_because(path: impl Into<String>, why: &str) -> Self {
+        Self::new(path, format!("is forbidden: {why}"))
+    }
+
+    pub fn required(path: impl Into<String>) -> Self {
+        Self::new(path, "is required")
+    }
+}
+
+/// Which container list a container is in, and where; displays as its path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ContainerPath {
+    pub init: bool,
+    pub index: usize,
+}
+
+impl ContainerPath {
+    pub fn field(self, field: &str) -> String {
+        format!("{self}.{field}")
+    }
+}
+
+impl fmt::Display for ContainerPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let list = if self.init { "initContainers" } else { "containers" };
+        write!(f, "spec.{list}[{}]", self.index)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn displays_path_then_problem() {
+        let r = Rejection::forbidden(ContainerPath { init: false, index: 0 }.field("securityContext"));
+        assert_eq!(r.to_string(), "spec.containers[0].securityContext is forbidden");
+        let init = ContainerPath { init: true, index: 2 };
+        assert_eq!(init.field("ports"), "spec.initContainers[2].ports");
+    }
+
+    #[test]
+    fn long_problems_are_cut() {
+        let r = Rejection::new("manifest", "x".repeat(10_000));
+        assert_eq!(r.problem.chars().count(), MAX_PROBLEM_CHARS + 1);
+        assert!(r.problem.ends_with('…'));
+    }
+}

@@ -1,0 +1,186 @@
+//! CPU, memory and ephemeral storage of every container.
+//!
+//! Each container must give CPU and memory (in requests or limits). Both are normalized to
+//! requests = limits = the limit when given, else the request: the stack reserves what it may
+//! use (Guaranteed QoS), so nodes are never overcommitted. A request above its limit is refused.
+//! Ephemeral storage is limited to the policy's value in every container. The pod's effective
+//! request follows Kubernetes: max(sum of app containers and sidecars, the largest init step).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use super::quantity::{QuantityError, format_bytes, format_cpu_milli, parse_bytes, parse_cpu_milli};
+use super::rejection::ContainerPath;
+use super::{Rejection, ValidationPolicy};
+
+const CPU: &str = "cpu";
+const MEMORY: &str = "memory";
+const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
+
+/// What the pod reserves on its node, as the scheduler counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StackResources {
+    pub cpu_milli: i64,
+    pub memory_bytes: i64,
+}
+
+/// Checks every container's resources, rewrites them in normalized form and returns the pod's
+/// effective request, refused when above the policy's per-stack ceilings.
+pub fn normalize(spec: &mut PodSpec, policy: &ValidationPolicy) -> Result<StackResources, Rejection> {
+    let mut apps = StackResources::default();
+    for (index, container) in spec.containers.iter_mut().enumerate() {
+        let own = normalize_container(container, ContainerPath { init: false, index }, policy)?;
+        apps = add(apps, own)?;
+    }
+    let mut sidecars = StackResources::default();
+    let mut init_peak = StackResources::default();
+    for (index, container) in spec.init_containers.iter_mut().flatten().enumerate() {
+        let own = normalize_container(container, ContainerPath { init: true, index }, policy)?;
+        // A sidecar keeps running next to everything started after it; a plain init
+        // container runs alone with the sidecars started before it.
+        let step = if container.restart_policy.as_deref() == Some("Always") {
+            sidecars = add(sidecars, own)?;
+            apps = add(apps, own)?;
+            sidecars
+        } else {
+            add(own, sidecars)?
+        };
+        init_peak = max(init_peak, step);
+    }
+    let total = max(apps, init_peak);
+    check_ceiling(total.cpu_milli, policy.max_cpu_milli, "cpu", format_cpu_milli)?;
+    check_ceiling(total.memory_bytes, policy.max_memory_bytes, "memory", format_bytes)?;
+    Ok(total)
+}
+
+fn normalize_container(
+    container: &mut Container,
+    at: ContainerPath,
+    policy: &ValidationPolicy,
+) -> Result<StackResources, Rejection> {
+    let ResourceRequirements {
+        claims,
+        limits,
+        requests,
+    } = container.resources.take().unwrap_or_default();
+    if claims.is_some() {
+        return Err(Rejection::forbidden_because(
+            at.field("resources.claims"),
+            "stacks may not claim devices",
+        ));
+    }
+    let requests = requests.unwrap_or_default();
+    let limits = limits.unwrap_or_default();
+    for (which, map) in [("requests", &requests), ("limits", &limits)] {
+        if let Some(name) = map
+            .keys()
+            .find(|name| ![CPU, MEMORY, EPHEMERAL_STORAGE].contains(&name.as_str()))
+        {
+            return Err(Rejection::forbidden_because(
+                at.field(&format!("resources.{which}.{name}")),
+                "only cpu, memory and ephemeral-storage may be requested",
+            ));
+        }
+    }
+    let cpu_milli = pick(&requests, &limits, CPU, at, parse_cpu_milli)?;
+    let memory_bytes = pick(&requests, &limits, MEMORY, at, parse_bytes)?;
+    let storage_request = read(&requests, EPHEMERAL_STORAGE, "requests", at, parse_bytes)?;
+    let storage_limit = read(&limits, EPHEMERAL_STORAGE, "limits", at, parse_bytes)?;
+    for (which, value) in [("requests", storage_request), ("limits", storage_limit)] {
+        if value.is_some_and(|bytes| bytes > policy.ephemeral_storage_limit) {
+            return Err(Rejection::new(
+                at.field(&format!("resources.{which}.{EPHEMERAL_STORAGE}")),
+                format!("must not exceed {}", format_bytes(policy.ephemeral_storage_limit)),
+            ));
+        }
+    }
+
+    let mut new_requests = BTreeMap::from([
+        (CPU.to_owned(), Quantity(format_cpu_milli(cpu_milli))),
+        (MEMORY.to_owned(), Quantity(format_bytes(memory_bytes))),
+    ]);
+    if let Some(bytes) = storage_request {
+        new_requests.insert(EPHEMERAL_STORAGE.to_owned(), Quantity(format_bytes(bytes)));
+    }
+    let mut new_limits = new_requests.clone();
+    new_limits.insert(
+        EPHEMERAL_STORAGE.to_owned(),
+        Quantity(format_bytes(policy.ephemeral_storage_limit)),
+    );
+    container.resources = Some(ResourceRequirements {
+        claims: None,
+        limits: Some(new_limits),
+        requests: Some(new_requests),
+    });
+    Ok(StackResources {
+        cpu_milli,
+        memory_bytes,
+    })
+}
+
+/// The normalized value of `name`: the limit if given, else the request.
+fn pick(
+    requests: &BTreeMap<String, Quantity>,
+    limits: &BTreeMap<String, Quantity>,
+    name: &str,
+    at: ContainerPath,
+    parse: fn(&str) -> Result<i64, QuantityError>,
+) -> Result<i64, Rejection> {
+    let request = read(requests, name, "requests", at, parse)?;
+    let limit = read(limits, name, "limits", at, parse)?;
+    match (request, limit) {
+        (None, None) => Err(Rejection::new(
+            at.field("resources"),
+            format!("must set {name} in requests or limits"),
+        )),
+        (Some(request), Some(limit)) if request > limit => Err(Rejection::new(
+            at.field(&format!("resources.requests.{name}")),
+            format!("must not exceed limits.{name}"),
+        )),
+        (_, Some(value)) | (Some(value), None) => Ok(value),
+    }
+}
+
+fn read(
+    map: &BTreeMap<String, Quantity>,
+    name: &str,
+    which: &str,
+    at: ContainerPath,
+    parse: fn(&str) -> Result<i64, QuantityError>,
+) -> Result<Option<i64>, Rejection> {
+    map.get(name)
+        .map(|quantity| parse(&quantity.0))
+        .transpose()
+        .map_err(|err| Rejection::new(at.field(&format!("resources.{which}.{name}")), err.to_string()))
+}
+
+fn add(a: StackResources, b: StackResources) -> Result<StackResources, Rejection> {
+    let too_large = || Rejection::new("spec", "requests more resources in total than can be counted");
+    Ok(StackResources {
+        cpu_milli: a.cpu_milli.checked_add(b.cpu_milli).ok_or_else(too_large)?,
+        memory_bytes: a.memory_bytes.checked_add(b.memory_bytes).ok_or_else(too_large)?,
+    })
+}
+
+fn max(a: StackResources, b: StackResources) -> StackResources {
+    StackResources {
+        cpu_milli: a.cpu_milli.max(b.cpu_milli),
+        memory_bytes: a.memory_bytes.max(b.memory_bytes),
+    }
+}
+
+fn check_ceiling(total: i64, ceiling: Option<i64>, name: &str, format: fn(i64) -> String) -> Result<(), Rejection> {
+    match ceiling {
+        Some(ceiling) if total > ceiling => Err(Rejection::new(
+            "spec.containers[*].resources",
+            format!(
+                "request {} of {name} in total, above the per-stack maximum of {}",
+                format(total),
+                format(ceiling)
+            ),
+        )),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,139 @@
+//! End-to-end tests of `validate` and the helpers they share: `rules` has one table row per
+//! rule (accepted and rejected, asserting the field path of every rejection), `output` the
+//! forced settings and resource accounting, `round_trip` what accepted output satisfies,
+//! `fuzz` the property tests and `bench` the timings.
+
+mod bench;
+mod fuzz;
+mod output;
+mod round_trip;
+mod rules;
+
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::model::{MANAGED_BY_LABEL, Protocol, STACK_ID_LABEL};
+
+pub(super) fn policy() -> ValidationPolicy {
+    ValidationPolicy {
+        namespace: "stacks".into(),
+        node_role: "stack".into(),
+        max_lifetime_secs: 8 * 3600,
+        max_cpu_milli: Some(4000),
+        max_memory_bytes: Some(8 << 30),
+        ephemeral_storage_limit: 1 << 30,
+        image_allowlist: Vec::new(),
+        max_manifest_bytes: ValidationPolicy::DEFAULT_MAX_MANIFEST_BYTES,
+    }
+}
+
+pub(super) fn stack_id() -> StackId {
+    "stack-0123456789abcdef".parse().expect("valid id")
+}
+
+pub(super) fn tcp(port: u16) -> TargetPort {
+    TargetPort {
+        container_port: port,
+        protocol: Protocol::Tcp,
+    }
+}
+
+/// A small valid manifest every row edits.
+pub(super) fn base() -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "web", "labels": {"app": "web"}},
+        "spec": {
+            "containers": [{
+                "name": "web",
+                "image": "nginx:1.27",
+                "ports": [{"containerPort": 80}],
+                "resources": {"limits": {"cpu": "500m", "memory": "128Mi"}}
+            }]
+        }
+    })
+}
+
+pub(super) fn init_container() -> Value {
+    json!({"name": "init", "image": "busybox", "resources": {"limits": {"cpu": "100m", "memory": "32Mi"}}})
+}
+
+/// Sets the JSON-pointer `pointer` (`~1` for `/` in keys), creating objects on the way; an
+/// index one past the end of a list appends.
+pub(super) fn set(root: &mut Value, pointer: &str, value: Value) {
+    let mut parts: Vec<String> = pointer
+        .split('/')
+        .skip(1)
+        .map(|p| p.replace("~1", "/").replace("~0", "~"))
+        .collect();
+    let last = parts.pop().expect("non-empty pointer");
+    let mut node = root;
+    for part in parts {
+        node = child(node, &part);
+    }
+    match node {
+        Value::Array(items) => {
+            let index: usize = last.parse().expect("list index");
+            if index < items.len() {
+                items[index] = value
+            } else {
+                items.push(value)
+            }
+        }
+        Value::Object(map) => {
+            map.insert(last, value);
+        }
+        other => panic!("cannot set {pointer} inside {other}"),
+    }
+}
+
+fn child<'v>(node: &'v mut Value, part: &str) -> &'v mut Value {
+    if node.is_null() {
+        *node = json!({});
+    }
+    match node {
+        Value::Array(items) => {
+            let index: usize = part.parse().expect("list index");
+            if index == items.len() {
+                items.push(json!({}));
+            }
+            &mut items[index]
+        }
+        Value::Object(map) => map.entry(part.to_owned()).or_insert_with(|| json!({})),
+        other => panic!("cannot descend into {other}"),
+    }
+}
+
+pub(super) fn edited(edits: &[(&str, Value)]) -> String {
+    let mut manifest = base();
+    for (pointer, value) in edits {
+        set(&mut manifest, pointer, value.clone());
+    }
+    serde_yaml::to_string(&manifest).expect("yaml")
+}
+
+pub(super) fn run(yaml: &str) -> Result<HardenedPod, Rejection> {
+    validate(yaml, &[tcp(80)], &stack_id(), &policy())
+}
+
+/// Strips what `validate` forces and input may not carry (security contexts, our labels).
+pub(super) fn without_forced_fields(pod: &Pod) -> String {
+    let mut pod = pod.clone();
+    if let Some(labels) = &mut pod.metadata.labels {
+        labels.remove(MANAGED_BY_LABEL);
+        labels.remove(STACK_ID_LABEL);
+    }
+    if let Some(spec) = &mut pod.spec {
+        spec.security_context = None;
+        for c in spec
+            .containers
+            .iter_mut()
+            .chain(spec.init_containers.iter_mut().flatten())
+        {
+            c.security_context = None;
+        }
+    }
+    serde_yaml::to_string(&pod).expect("yaml")
+}

@@ -1,0 +1,297 @@
+//! The hardened output: forced settings, replaced fields, resource normalization and totals.
+
+use serde_json::{Value, json};
+
+use super::{base, edited, init_container, policy, run, set, stack_id, tcp};
+use crate::model::{MANAGED_BY_LABEL, Protocol, STACK_ID_LABEL, TargetPort};
+use crate::validate::{ValidationPolicy, validate};
+
+#[test]
+fn forced_settings_are_applied() {
+    let mut manifest = base();
+    set(&mut manifest, "/metadata/namespace", json!("kube-system"));
+    set(&mut manifest, "/spec/restartPolicy", json!("Always"));
+    set(&mut manifest, "/spec/initContainers", json!([init_container()]));
+    let hardened = run(&serde_yaml::to_string(&manifest).unwrap()).unwrap();
+    let out = serde_json::to_value(&hardened.pod).unwrap();
+
+    assert_eq!(out["metadata"]["name"], "stack-0123456789abcdef");
+    assert_eq!(out["metadata"]["namespace"], "stacks");
+    assert_eq!(
+        out["metadata"]["labels"],
+        json!({"app": "web", MANAGED_BY_LABEL: "stack-provisioner", STACK_ID_LABEL: "stack-0123456789abcdef"})
+    );
+    let spec = &out["spec"];
+    assert_eq!(spec["restartPolicy"], "Never");
+    assert_eq!(spec["automountServiceAccountToken"], false);
+    assert_eq!(spec["enableServiceLinks"], false);
+    assert_eq!(spec["activeDeadlineSeconds"], 8 * 3600);
+    assert_eq!(spec["nodeSelector"], json!({"role": "stack"}));
+    assert_eq!(
+        spec["securityContext"],
+        json!({"seccompProfile": {"type": "RuntimeDefault"}})
+    );
+    let hardened_container = json!({
+        "privileged": false,
+        "allowPrivilegeEscalation": false,
+        "seccompProfile": {"type": "RuntimeDefault"},
+        "capabilities": {"drop": ["NET_RAW"]}
+    });
+    assert_eq!(spec["containers"][0]["securityContext"], hardened_container);
+    assert_eq!(spec["initContainers"][0]["securityContext"], hardened_container);
+    assert_eq!(spec["containers"][0]["resources"]["limits"]["ephemeral-storage"], "1Gi");
+    assert_eq!(
+        spec["initContainers"][0]["resources"]["limits"]["ephemeral-storage"],
+        "1Gi"
+    );
+}
+
+#[test]
+fn shorter_deadline_is_kept_longer_is_capped() {
+    for (asked, applied) in [(60, 60), (8 * 3600, 8 * 3600), (100 * 3600, 8 * 3600)] {
+        let hardened = run(&edited(&[("/spec/activeDeadlineSeconds", json!(asked))])).unwrap();
+        assert_eq!(
+            hardened.pod.spec.unwrap().active_deadline_seconds,
+            Some(applied),
+            "{asked}"
+        );
+    }
+}
+
+#[test]
+fn metadata_name_is_replaced_not_rejected() {
+    let hardened = run(&edited(&[
+        ("/metadata/name", json!("anything")),
+        ("/metadata/generateName", json!("g-")),
+    ]))
+    .unwrap();
+    assert_eq!(hardened.pod.metadata.name.as_deref(), Some("stack-0123456789abcdef"));
+    assert_eq!(hardened.pod.metadata.generate_name, None);
+}
+
+#[test]
+fn empty_dirs_get_a_capped_size_limit() {
+    let volumes = json!([
+        {"name": "big", "emptyDir": {"sizeLimit": "5Gi"}},
+        {"name": "small", "emptyDir": {"sizeLimit": "100Mi"}},
+        {"name": "unset", "emptyDir": {}},
+        {"name": "bare"},
+        {"name": "cfg", "configMap": {"name": "c"}}
+    ]);
+    let hardened = run(&edited(&[("/spec/volumes", volumes)])).unwrap();
+    let out = serde_json::to_value(hardened.pod.spec.unwrap().volumes.unwrap()).unwrap();
+    let sizes: Vec<&Value> = out
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| &v["emptyDir"]["sizeLimit"])
+        .collect();
+    assert_eq!(
+        sizes,
+        [
+            &json!("1Gi"),
+            &json!("100Mi"),
+            &json!("1Gi"),
+            &json!("1Gi"),
+            &Value::Null
+        ]
+    );
+}
+
+#[test]
+fn resources_are_normalized_to_the_limit() {
+    let rows = [
+        (
+            json!({"limits": {"cpu": "500m", "memory": "128Mi"}}),
+            ("500m", "128Mi"),
+            (500, 128 << 20),
+        ),
+        (
+            json!({"requests": {"cpu": "0.25", "memory": "1G"}}),
+            ("250m", "1000000000"),
+            (250, 1_000_000_000),
+        ),
+        (
+            json!({"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}}),
+            ("2", "1Gi"),
+            (2000, 1 << 30),
+        ),
+        (
+            json!({"requests": {"cpu": "1"}, "limits": {"memory": "1.5Gi"}}),
+            ("1", "1536Mi"),
+            (1000, 3 << 29),
+        ),
+    ];
+    for (resources, (cpu, memory), (cpu_milli, memory_bytes)) in rows {
+        let hardened = run(&edited(&[("/spec/containers/0/resources", resources.clone())])).unwrap();
+        let out = serde_json::to_value(&hardened.pod.spec.unwrap().containers[0].resources).unwrap();
+        for which in ["requests", "limits"] {
+            assert_eq!(out[which]["cpu"], cpu, "{resources} {which}");
+            assert_eq!(out[which]["memory"], memory, "{resources} {which}");
+        }
+        assert_eq!(
+            (hardened.requested_cpu_milli, hardened.requested_memory_bytes),
+            (cpu_milli, memory_bytes),
+            "{resources}"
+        );
+    }
+}
+
+#[test]
+fn pod_request_counts_init_containers_and_sidecars_like_kubernetes() {
+    let container = |name: &str, cpu: &str, memory: &str, sidecar: bool| {
+        let mut c = json!({"name": name, "image": "busybox", "resources": {"limits": {"cpu": cpu, "memory": memory}}});
+        if sidecar {
+            c["restartPolicy"] = json!("Always");
+        }
+        c
+    };
+    let app2 = {
+        let mut c = container("app2", "250m", "64Mi", false);
+        c["ports"] = json!([{"containerPort": 81}]);
+        c
+    };
+    // Apps: 500m + 250m, 128Mi + 64Mi.
+    let rows = [
+        (json!([]), (750, 192 << 20)),
+        (json!([container("setup", "2", "32Mi", false)]), (2000, 192 << 20)),
+        (json!([container("log", "100m", "16Mi", true)]), (850, 208 << 20)),
+        // The plain init runs next to the sidecar started before it: 1000m + 100m.
+        (
+            json!([
+                container("log", "100m", "16Mi", true),
+                container("setup", "1", "1Mi", false)
+            ]),
+            (1100, 208 << 20),
+        ),
+        (
+            json!([
+                container("setup", "1", "1Mi", false),
+                container("log", "100m", "16Mi", true)
+            ]),
+            (1000, 208 << 20),
+        ),
+    ];
+    for (init, (cpu, memory)) in rows {
+        let hardened = run(&edited(&[
+            ("/spec/containers/1", app2.clone()),
+            ("/spec/initContainers", init.clone()),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (hardened.requested_cpu_milli, hardened.requested_memory_bytes),
+            (cpu, memory),
+            "{init}"
+        );
+    }
+}
+
+#[test]
+fn per_stack_ceilings_apply_to_the_total() {
+    let second = json!({"name": "b", "image": "busybox", "resources": {"limits": {"cpu": "4", "memory": "1Gi"}}});
+    let yaml = edited(&[("/spec/containers/1", second)]);
+    let r = run(&yaml).unwrap_err();
+    assert_eq!(
+        r.to_string(),
+        "spec.containers[*].resources request 4500m of cpu in total, above the per-stack maximum of 4"
+    );
+    let unlimited = ValidationPolicy {
+        max_cpu_milli: None,
+        ..policy()
+    };
+    assert_eq!(
+        validate(&yaml, &[tcp(80)], &stack_id(), &unlimited)
+            .unwrap()
+            .requested_cpu_milli,
+        4500
+    );
+}
+
+#[test]
+fn image_allowlist_applies_to_every_container() {
+    let allowlist = ValidationPolicy {
+        image_allowlist: vec!["registry.example.com/ctf/".into()],
+        ..policy()
+    };
+    let check = |edits: &[(&str, Value)]| validate(&edited(edits), &[tcp(80)], &stack_id(), &allowlist);
+    let r = check(&[]).unwrap_err();
+    assert_eq!(r.path, "spec.containers[0].image");
+    assert!(r.problem.contains("not from an allowed registry"), "{r}");
+    let allowed = ("/spec/containers/0/image", json!("registry.example.com/ctf/web:1"));
+    assert!(check(std::slice::from_ref(&allowed)).is_ok());
+    for evil in [
+        "registry.example.com/ctf-evil/web",
+        "registry.example.com.evil.io/ctf/web",
+    ] {
+        assert_eq!(
+            check(&[("/spec/containers/0/image", json!(evil))]).unwrap_err().path,
+            "spec.containers[0].image",
+            "{evil}"
+        );
+    }
+    let mut init = init_container();
+    init["image"] = json!("busybox");
+    assert_eq!(
+        check(&[allowed, ("/spec/initContainers", json!([init]))])
+            .unwrap_err()
+            .path,
+        "spec.initContainers[0].image"
+    );
+}
+
+#[test]
+fn target_ports_are_checked_first_and_against_regular_containers() {
+    let yaml = edited(&[]);
+    let r = validate(&yaml, &[], &stack_id(), &policy()).unwrap_err();
+    assert_eq!(r.to_string(), "target_port must list 1 to 24 ports");
+    let udp = TargetPort {
+        container_port: 80,
+        protocol: Protocol::Udp,
+    };
+    let r = validate(&yaml, &[tcp(80), udp], &stack_id(), &policy()).unwrap_err();
+    assert_eq!(
+        r.to_string(),
+        "target_port[1] 80/UDP is not a containerPort of any container"
+    );
+}
+
+#[test]
+fn yaml_level_hostility_is_rejected_through_validate() {
+    let rows = [
+        ("", "manifest"),
+        ("just a string", "manifest"),
+        (
+            "apiVersion: v1\nkind: Pod\n---\napiVersion: v1\nkind: Pod\n",
+            "manifest",
+        ),
+        ("apiVersion: v1\nkind: Pod\nkind: Pod\n", "manifest"),
+        (
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  labels:\n    a: x\n    a: y\n",
+            "metadata.labels",
+        ),
+        ("apiVersion: v1\nkind: Pod\nspec: [unclosed\n", "manifest"),
+    ];
+    for (yaml, path) in rows {
+        assert_eq!(run(yaml).unwrap_err().path, path, "{yaml:?}");
+    }
+    let small = ValidationPolicy {
+        max_manifest_bytes: 64,
+        ..policy()
+    };
+    let r = validate(&edited(&[]), &[tcp(80)], &stack_id(), &small).unwrap_err();
+    assert_eq!(r.to_string(), "manifest is larger than 64 bytes");
+}
+
+#[test]
+fn contract_example_message() {
+    let r = run(&edited(&[(
+        "/spec/containers/0/securityContext",
+        json!({"privileged": true}),
+    )]))
+    .unwrap_err();
+    assert!(
+        r.to_string()
+            .starts_with("spec.containers[0].securityContext is forbidden"),
+        "{r}"
+    );
+}
