@@ -30,6 +30,8 @@ pub struct Config {
     pub eks_cluster_name: Option<String>,
     pub kube_qps: f32,
     pub kube_burst: u32,
+    pub api_key_enabled: bool,
+    /// Set only when `api_key_enabled`.
     pub api_key: Option<String>,
     pub listen_addr: SocketAddr,
     pub orphan_grace: Duration,
@@ -89,6 +91,7 @@ impl Config {
             eks_cluster_name: env.string("EKS_CLUSTER_NAME"),
             kube_qps: env.parse("K8S_CLIENT_QPS", 50.0, parse_positive_f32),
             kube_burst: env.parse("K8S_CLIENT_BURST", 100, parse_num),
+            api_key_enabled,
             api_key: api_key.filter(|_| api_key_enabled),
             listen_addr: env.parse("LISTEN_ADDR", SocketAddr::from(([127, 0, 0, 1], 8081)), |v| {
                 v.parse().map_err(|_| "expected host:port".to_string())
@@ -132,6 +135,14 @@ impl Config {
             problems.push("STACK_NAMESPACE: must be a DNS label".into());
         }
         problems
+    }
+
+    /// The API refuses to start without a key while keys are enabled (the reconciler needs none).
+    pub fn require_api_key(&self) -> Result<(), ConfigError> {
+        if self.api_key_enabled && self.api_key.is_none() {
+            return Err(ConfigError { problems: vec!["API_KEY: required when API_KEY_ENABLED is true".into()] });
+        }
+        Ok(())
     }
 
     /// Number of node ports in the configured range.
@@ -307,13 +318,16 @@ mod tests {
         ] {
             assert!(text.contains(name), "{name} missing from {text}");
         }
-        assert_eq!(err.problems.len(), 5);
+        assert_eq!(err.problems.len(), 4);
     }
 
     #[test]
-    fn api_key_not_needed_when_disabled() {
+    fn api_key_required_only_while_enabled() {
         let c = config(&[("API_KEY_ENABLED", "false"), ("API_KEY", "ignored")]).unwrap();
         assert_eq!(c.api_key, None);
+        assert_eq!(c.require_api_key(), Ok(()));
+        let missing = config(&[]).unwrap().require_api_key().unwrap_err();
+        assert!(missing.to_string().contains("API_KEY"), "{missing}");
     }
 
     #[test]

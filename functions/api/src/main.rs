@@ -6,7 +6,7 @@ use stack_core::config::Config;
 #[tokio::main]
 async fn main() -> ExitCode {
     stack_core::telemetry::init();
-    let config = match Config::from_env() {
+    let config = match Config::from_env().and_then(|c| c.require_api_key().map(|()| c)) {
         Ok(config) => config,
         Err(err) => {
             tracing::error!(error = %err, "refusing to start");

@@ -68,7 +68,7 @@ impl NamespaceGuard {
         {
             Some(existing) => {
                 let labels = existing.metadata.labels.unwrap_or_default();
-                if labels.get("pod-security.kubernetes.io/enforce").is_none() {
+                if !labels.contains_key("pod-security.kubernetes.io/enforce") {
                     tracing::warn!(namespace = %self.namespace, "stack namespace exists without Pod Security enforcement");
                 }
             }

@@ -49,18 +49,17 @@ impl Stacks {
         let id = StackId::generate();
         let hardened = validate::validate(&request.manifest, &request.target_ports, &id, &self.policy)
             .map_err(|rejection| StackError::Invalid(format!("invalid pod spec: {rejection}")))?;
-        if let Some(key) = &request.idempotency_key {
-            if let Some(existing) = self.claim_key(key, &request.body_sha256, &id).await? {
-                return Ok(CreateOutcome::Replayed(existing));
-            }
+        if let Some(key) = &request.idempotency_key
+            && let Some(existing) = self.claim_key(key, &request.body_sha256, &id).await?
+        {
+            return Ok(CreateOutcome::Replayed(existing));
         }
         let result = self.create_claimed(&id, hardened, &request, started).await;
-        if result.is_err() {
-            if let Some(key) = &request.idempotency_key {
-                if let Err(err) = self.store.release_idempotency_key(key, &id).await {
-                    tracing::warn!(stack_id = %id, error = %err, "could not release idempotency key");
-                }
-            }
+        if result.is_err()
+            && let Some(key) = &request.idempotency_key
+            && let Err(err) = self.store.release_idempotency_key(key, &id).await
+        {
+            tracing::warn!(stack_id = %id, error = %err, "could not release idempotency key");
         }
         result.map(CreateOutcome::Created)
     }

@@ -131,8 +131,9 @@ impl Store {
         Ok(())
     }
 
-    /// Moves `ttl_expires_at` to `new_expiry` if the record still has `current_expiry`
-    /// (so two renewals never race each other past the cap).
+    /// Moves `ttl_expires_at` to `new_expiry` if the record still has `current_expiry` (so two
+    /// renewals never race each other past the cap) and has not expired by `now` (so a renewal
+    /// never revives a stack the reconciler is already removing).
     pub async fn renew_stack(
         &self,
         id: &StackId,
@@ -144,13 +145,14 @@ impl Store {
             .update_item()
             .table_name(&self.table)
             .set_key(Some(key(STACK_PK, id.as_str())))
-            .condition_expression("#ttl = :current")
+            .condition_expression("#ttl = :current AND #ttl > :now")
             .update_expression("SET #ttl = :new, #updated = :updated")
             .expression_attribute_names("#ttl", "ttl_expires_at")
             .expression_attribute_names("#updated", "updated_at")
             .expression_attribute_values(":current", s(current_expiry.to_string()))
             .expression_attribute_values(":new", s(new_expiry.to_string()))
             .expression_attribute_values(":updated", s(now.to_string()))
+            .expression_attribute_values(":now", s(now.to_string()))
             .send()
             .await
             .map_err(|e| match e.as_service_error() {
