@@ -5,6 +5,7 @@ use std::time::Duration;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use super::ClusterError;
+use crate::eks::KubeTimeouts;
 use crate::config::Config;
 
 /// Per-call limits: an API request must answer well before API Gateway's 29 s, a create
@@ -16,11 +17,10 @@ const READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// (`K8S_KUBECONFIG`, else `KUBECONFIG`/`~/.kube/config`) and `K8S_CONTEXT`.
 pub async fn connect(config: &Config, aws: &aws_config::SdkConfig) -> Result<kube::Client, ClusterError> {
     if let Some(cluster) = &config.eks_cluster_name {
-        // EKS_WIRING: replaced by crate::eks::eks_kube_client once that module lands.
-        let _ = aws;
-        return Err(ClusterError::Setup(format!(
-            "EKS cluster {cluster}: EKS auth not wired yet"
-        )));
+        let timeouts = KubeTimeouts { connect: CONNECT_TIMEOUT, read: READ_TIMEOUT, write: READ_TIMEOUT };
+        return crate::eks::eks_kube_client(aws, cluster, timeouts)
+            .await
+            .map_err(|e| ClusterError::Setup(e.to_string()));
     }
     let kubeconfig = match &config.kubeconfig {
         Some(path) => Kubeconfig::read_from(path),
