@@ -59,11 +59,8 @@ impl Config {
             problems: Vec::new(),
         };
         let api_key_enabled = env.parse("API_KEY_ENABLED", true, parse_bool);
+        // Required only by the API (see `require_api_key`): the reconciler needs no key.
         let api_key = env.string("API_KEY");
-        if api_key_enabled && api_key.is_none() {
-            env.problems
-                .push("API_KEY: required when API_KEY_ENABLED is true".into());
-        }
         let config = Config {
             namespace: env.string("STACK_NAMESPACE").unwrap_or_else(|| "stacks".into()),
             ttl: env.parse("STACK_TTL", Duration::from_secs(2 * 3600), parse_duration),
@@ -140,7 +137,9 @@ impl Config {
     /// The API refuses to start without a key while keys are enabled (the reconciler needs none).
     pub fn require_api_key(&self) -> Result<(), ConfigError> {
         if self.api_key_enabled && self.api_key.is_none() {
-            return Err(ConfigError { problems: vec!["API_KEY: required when API_KEY_ENABLED is true".into()] });
+            return Err(ConfigError {
+                problems: vec!["API_KEY: required when API_KEY_ENABLED is true".into()],
+            });
         }
         Ok(())
     }
@@ -314,7 +313,6 @@ mod tests {
             "STACK_NODEPORT_MIN",
             "DDB_CONSISTENT_READ",
             "STACK_DENY_EGRESS_CIDRS",
-            "API_KEY",
         ] {
             assert!(text.contains(name), "{name} missing from {text}");
         }

@@ -3,4 +3,4 @@
 pub mod api;
 pub mod counting;
 pub mod env;
-
+pub mod reconciler;

@@ -320,7 +320,12 @@ async fn resource_quota_exhausted_is_503_and_limit_range_violation_is_400() {
             break;
         }
         let slipped = stack_id(&refused);
-        assert_eq!(api.call(Method::DELETE, &format!("/stacks/{slipped}"), None).await.status, 200);
+        assert_eq!(
+            api.call(Method::DELETE, &format!("/stacks/{slipped}"), None)
+                .await
+                .status,
+            200
+        );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         refused = api.create(WEB_POD, json!(80)).await;
     }
@@ -616,7 +621,9 @@ async fn fifty_concurrent_creates_then_fifty_concurrent_deletes() {
     }
     let api_ref = &api;
     let deletes = replies.iter().map(|r| async move {
-        api_ref.call(Method::DELETE, &format!("/stacks/{}", stack_id(r)), None).await
+        api_ref
+            .call(Method::DELETE, &format!("/stacks/{}", stack_id(r)), None)
+            .await
     });
     for reply in futures::future::join_all(deletes).await {
         assert_eq!(reply.status, 200, "{}", reply.json);

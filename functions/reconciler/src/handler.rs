@@ -20,12 +20,12 @@ pub async fn serve(reconciler: Arc<Reconciler>) -> Result<(), lambda_runtime::Er
 
 /// The event's content does not matter: every invocation is one pass. A pass that could not
 /// run is an invocation error; the next schedule tick tries again.
-async fn handle(reconciler: &Reconciler, event: LambdaEvent<Value>) -> Result<Summary, lambda_runtime::Error> {
+pub async fn handle(reconciler: &Reconciler, event: LambdaEvent<Value>) -> Result<Summary, lambda_runtime::Error> {
     let deadline = instant_of(event.context.deadline());
     match run_pass(reconciler, deadline).await {
         Ok(summary) => {
             report::log(&summary);
-            println!("{}", report::emf_line(&summary, jiff::Timestamp::now()));
+            report::emit_emf(&summary, jiff::Timestamp::now());
             Ok(summary)
         }
         Err(err) => {

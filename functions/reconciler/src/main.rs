@@ -1,16 +1,13 @@
 //! The reconciler: in Lambda, one pass per scheduled invocation; locally (no
 //! `AWS_LAMBDA_RUNTIME_API`), one pass, its summary on stdout, then exit.
 
-mod handler;
-mod report;
-mod setup;
-
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use stack_core::config::Config;
 use stack_core::reconcile::run_pass;
+use stack_reconciler::{handler, report, setup};
 
 /// Time budget of a local pass (a Lambda pass takes its deadline from the invocation).
 const LOCAL_BUDGET: Duration = Duration::from_secs(300);

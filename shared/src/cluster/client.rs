@@ -5,8 +5,8 @@ use std::time::Duration;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use super::ClusterError;
-use crate::eks::KubeTimeouts;
 use crate::config::Config;
+use crate::eks::KubeTimeouts;
 
 /// Per-call limits: an API request must answer well before API Gateway's 29 s, a create
 /// before the clients' 5 s.
@@ -17,7 +17,11 @@ const READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// (`K8S_KUBECONFIG`, else `KUBECONFIG`/`~/.kube/config`) and `K8S_CONTEXT`.
 pub async fn connect(config: &Config, aws: &aws_config::SdkConfig) -> Result<kube::Client, ClusterError> {
     if let Some(cluster) = &config.eks_cluster_name {
-        let timeouts = KubeTimeouts { connect: CONNECT_TIMEOUT, read: READ_TIMEOUT, write: READ_TIMEOUT };
+        let timeouts = KubeTimeouts {
+            connect: CONNECT_TIMEOUT,
+            read: READ_TIMEOUT,
+            write: READ_TIMEOUT,
+        };
         return crate::eks::eks_kube_client(aws, cluster, timeouts)
             .await
             .map_err(|e| ClusterError::Setup(e.to_string()));

@@ -28,7 +28,9 @@ use nodeports::NodePortPicker;
 
 /// How many times a service create is retried when the apiserver says a port is taken.
 const NODEPORT_ATTEMPTS: usize = 8;
-const LIST_PAGE: u32 = 500;
+/// Objects per list call: 5,000 stacks take a dozen calls, while the reconciler's projected
+/// listing holds at most one page of full objects.
+const LIST_PAGE: u32 = 1000;
 
 /// Cluster access for one stack namespace; built once per process.
 pub struct Cluster {
@@ -215,16 +217,27 @@ impl Cluster {
 
     /// Pods carrying our managed-by label (paginated list calls).
     pub async fn list_stack_pods(&self) -> Result<Vec<Pod>, ClusterError> {
-        list_all(&self.pods, &managed_selector()).await
+        list_all(&self.pods, &managed_selector(), |pod| pod).await
     }
 
     /// Services carrying our managed-by label (paginated list calls).
     pub async fn list_stack_services(&self) -> Result<Vec<Service>, ClusterError> {
-        list_all(&self.services, &managed_selector()).await
+        list_all(&self.services, &managed_selector(), |service| service).await
     }
 
     pub async fn list_nodes(&self) -> Result<Vec<Node>, ClusterError> {
-        list_all(&self.nodes, &ListParams::default()).await
+        list_all(&self.nodes, &ListParams::default(), |node| node).await
+    }
+
+    /// Like [`Self::list_stack_pods`], keeping only `project(pod)` of each: at most one page
+    /// of full objects is held at a time, which matters with thousands of stacks.
+    pub async fn list_stack_pods_as<T>(&self, project: impl FnMut(Pod) -> T) -> Result<Vec<T>, ClusterError> {
+        list_all(&self.pods, &managed_selector(), project).await
+    }
+
+    /// Like [`Self::list_stack_services`], keeping only `project(service)` of each.
+    pub async fn list_stack_services_as<T>(&self, project: impl FnMut(Service) -> T) -> Result<Vec<T>, ClusterError> {
+        list_all(&self.services, &managed_selector(), project).await
     }
 }
 
@@ -232,7 +245,12 @@ fn managed_selector() -> ListParams {
     ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"))
 }
 
-async fn list_all<K>(api: &Api<K>, params: &ListParams) -> Result<Vec<K>, ClusterError>
+/// Every object `params` selects, through `project`, one page at a time.
+async fn list_all<K, T>(
+    api: &Api<K>,
+    params: &ListParams,
+    mut project: impl FnMut(K) -> T,
+) -> Result<Vec<T>, ClusterError>
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
@@ -243,7 +261,7 @@ where
             .list(&params)
             .await
             .map_err(|e| ClusterError::from_kube("list", e))?;
-        items.extend(page.items);
+        items.extend(page.items.into_iter().map(&mut project));
         match page.metadata.continue_ {
             Some(token) if !token.is_empty() => params = params.continue_token(&token),
             _ => return Ok(items),

@@ -27,11 +27,17 @@ impl Store {
         condition: &str,
         previous_update: Option<Timestamp>,
     ) -> Result<(), StoreError> {
-        let expires_at =
-            job.updated_at.saturating_add(JOB_RETENTION).map_err(|e| StoreError::Malformed(e.to_string()))?;
+        let expires_at = job
+            .updated_at
+            .saturating_add(JOB_RETENTION)
+            .map_err(|e| StoreError::Malformed(e.to_string()))?;
         let item = to_item(JOB_PK, &job.job_id, job, Some(expires_at.as_second()))?;
-        let request =
-            self.client.put_item().table_name(&self.table).set_item(Some(item)).condition_expression(condition);
+        let request = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression(condition);
         // DynamoDB rejects names and values the expression does not use.
         let request = match previous_update {
             None => request.expression_attribute_names("#pk", PK),

@@ -52,7 +52,10 @@ async fn run_bootstrap_nodes() -> Result<(), EnvError> {
         result?;
         let role = node.labels.get(nodes::ROLE_LABEL).map_or("-", String::as_str);
         let external = node.external_ip.as_deref().unwrap_or("-");
-        eprintln!("stack-env: node {} Ready (role={role}, ExternalIP {external})", node.name);
+        eprintln!(
+            "stack-env: node {} Ready (role={role}, ExternalIP {external})",
+            node.name
+        );
     }
     Ok(())
 }

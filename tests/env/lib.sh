@@ -1,0 +1,232 @@
+# Shared helpers of the tests/env scripts. Sourced, never executed.
+# shellcheck shell=bash
+
+# shellcheck disable=SC2034  # the paths below are used by the scripts sourcing this file
+ENV_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_DIR="$(cd "$ENV_DIR/../.." && pwd)"
+STATE_DIR="$ENV_DIR/.state"
+CACHE_DIR="${STACK_ENV_CACHE:-$HOME/.cache/stack-provisioner}"
+BIN_DIR="$CACHE_DIR/bin"
+DDB_DIR="$CACHE_DIR/dynamodb"
+STAMP_DIR="$CACHE_DIR/stamps"
+
+PKI_DIR="$STATE_DIR/pki"
+LOG_DIR="$STATE_DIR/logs"
+PID_DIR="$STATE_DIR/pids"
+PORTS_FILE="$STATE_DIR/ports.sh"
+ENV_FILE="$STATE_DIR/env.sh"
+KUBECONFIG_FILE="$STATE_DIR/kubeconfig"
+
+# Start order; `down` stops in reverse.
+COMPONENTS=(etcd dynamodb kube-apiserver kube-controller-manager kube-scheduler kwok)
+
+DDB_STACK_TABLE_DEFAULT="stacks"
+AWS_REGION_DEFAULT="us-east-1"
+
+# The Go builds must never fetch another toolchain, and everything they download stays in the cache.
+export GOTOOLCHAIN=local
+export GOMODCACHE="$CACHE_DIR/go/mod"
+export GOCACHE="$CACHE_DIR/go/cache"
+export GOFLAGS="-mod=readonly -buildvcs=false"
+export GOPROXY="${GOPROXY:-https://proxy.golang.org}"
+# Static binaries, like the official Kubernetes server builds.
+export CGO_ENABLED=0
+
+log() { printf '[env %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() {
+    log "ERROR: $*"
+    exit 1
+}
+
+need_cmd() {
+    local cmd
+    for cmd in "$@"; do
+        command -v "$cmd" >/dev/null 2>&1 || die "'$cmd' is required but not installed"
+    done
+}
+
+# Seconds since the epoch with millisecond precision, for timing messages.
+now_s() { date +%s.%N | cut -c1-14; }
+elapsed_since() { awk -v s="$1" -v e="$(now_s)" 'BEGIN { printf "%.1fs", e - s }'; }
+
+pid_file() { echo "$PID_DIR/$1.pid"; }
+log_file() { echo "$LOG_DIR/$1.log"; }
+
+# The pid of a component we started, if that process is still alive and still runs the
+# binary we started (a recycled pid must never be signalled).
+component_pid() {
+    local name="$1" file pid exe
+    file="$(pid_file "$name")"
+    [[ -s "$file" ]] || return 1
+    read -r pid exe <"$file" || return 1
+    [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+    [[ -r "/proc/$pid/cmdline" ]] || return 1
+    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$exe" || return 1
+    echo "$pid"
+}
+
+component_alive() { component_pid "$1" >/dev/null; }
+
+# Every component's process is alive (not a health check).
+all_running() {
+    local name
+    for name in "${COMPONENTS[@]}"; do
+        component_alive "$name" || return 1
+    done
+}
+
+# Starts a component detached from this shell (own session, so Ctrl-C in a terminal or the
+# end of this script does not reach it) and records "<pid> <executable>" in its pid file.
+start_component() {
+    local name="$1"
+    shift
+    local log
+    log="$(log_file "$name")"
+    : >"$log"
+    # Lock descriptors (8: state lock, 9: install lock) must not outlive the script in the child.
+    setsid bash -c 'echo "$$ $1" > "$2"; shift 2; exec "$@"' _ "$1" "$(pid_file "$name")" "$@" \
+        </dev/null >>"$log" 2>&1 8>&- 9>&- &
+    # The pid file is written by the child; wait for it so callers can rely on it.
+    local i
+    for ((i = 0; i < 100; i++)); do
+        [[ -s "$(pid_file "$name")" ]] && return 0
+        sleep 0.05
+    done
+    die "$name did not start (no pid file)"
+}
+
+report_crash() {
+    local name="$1" why="$2"
+    log "ERROR: $name $why; last lines of $(log_file "$name"):"
+    tail -n 40 "$(log_file "$name")" >&2 || true
+}
+
+# wait_until <component> <timeout-seconds> <description> <command...>
+# Polls the command until it succeeds; fails early if the component's process exits.
+wait_until() {
+    local name="$1" timeout="$2" what="$3"
+    shift 3
+    local deadline=$((SECONDS + timeout))
+    while ((SECONDS < deadline)); do
+        if "$@" >/dev/null 2>&1; then
+            return 0
+        fi
+        if ! component_alive "$name"; then
+            report_crash "$name" "exited while waiting for: $what"
+            return 1
+        fi
+        sleep 0.2
+    done
+    report_crash "$name" "not healthy after ${timeout}s (waiting for: $what)"
+    return 1
+}
+
+# Prints N distinct free loopback TCP ports. They are held open together so they differ.
+free_ports() {
+    python3 - "$1" <<'PY'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+PY
+}
+
+# curl against the apiserver as the admin user.
+kube_curl() {
+    # shellcheck source=/dev/null
+    source "$PORTS_FILE"
+    curl -sf --max-time 5 --cacert "$PKI_DIR/ca.crt" --cert "$PKI_DIR/admin.crt" --key "$PKI_DIR/admin.key" \
+        "https://127.0.0.1:$APISERVER_PORT$1"
+}
+
+# A signed DynamoDB JSON-protocol call against DynamoDB Local (dummy credentials).
+ddb_call() {
+    local body="${2:-}"
+    [[ -n "$body" ]] || body='{}'
+    # shellcheck source=/dev/null
+    source "$PORTS_FILE"
+    curl -sf --max-time 5 -X POST "http://127.0.0.1:$DYNAMODB_PORT/" \
+        -H "X-Amz-Target: DynamoDB_20120810.$1" -H 'Content-Type: application/x-amz-json-1.0' \
+        --user local:local --aws-sigv4 "aws:amz:$AWS_REGION_DEFAULT:dynamodb" -d "$body"
+}
+
+write_env_file() {
+    # shellcheck source=/dev/null
+    source "$PORTS_FILE"
+    local tmp="$ENV_FILE.tmp"
+    cat >"$tmp" <<EOF
+# Written by tests/env/up; source it to talk to the local environment.
+export KUBECONFIG='$KUBECONFIG_FILE'
+export AWS_ENDPOINT_URL_DYNAMODB='http://127.0.0.1:$DYNAMODB_PORT'
+export AWS_REGION='$AWS_REGION_DEFAULT'
+export AWS_ACCESS_KEY_ID='local'
+export AWS_SECRET_ACCESS_KEY='local'
+export DDB_STACK_TABLE='${DDB_STACK_TABLE:-$DDB_STACK_TABLE_DEFAULT}'
+EOF
+    mv "$tmp" "$ENV_FILE"
+}
+
+# The stack-env helper binary (table from template.yaml, simulated nodes). Built on demand.
+stack_env_bin() {
+    echo "${CARGO_TARGET_DIR:-$REPO_DIR/target}/debug/stack-env"
+}
+
+build_stack_env() {
+    (cd "$REPO_DIR" && cargo build --quiet -p stack-tests --bin stack-env)
+}
+
+# Alive and not a zombie (a component started by this very shell is its child until reaped).
+pid_running() {
+    local state
+    state="$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null)" || return 1
+    [[ -n "$state" && "$state" != "Z" ]]
+}
+
+# stop_components <grace-seconds> <name...>: SIGTERM to each running one, wait, SIGKILL to
+# whatever is left after the grace period. Only pids from our pid files are signalled.
+stop_components() {
+    local grace="$1" name pid i
+    shift
+    local -a pids=() names=()
+    for name in "$@"; do
+        if pid="$(component_pid "$name")"; then
+            kill -TERM "$pid" 2>/dev/null || true
+            pids+=("$pid")
+            names+=("$name")
+        fi
+        rm -f "$(pid_file "$name")"
+    done
+    local deadline=$((SECONDS + grace)) left
+    while :; do
+        left=0
+        for pid in "${pids[@]}"; do
+            pid_running "$pid" && left=$((left + 1))
+        done
+        ((left == 0 || SECONDS >= deadline)) && break
+        sleep 0.1
+    done
+    for i in "${!pids[@]}"; do
+        if pid_running "${pids[i]}"; then
+            log "${names[i]} (pid ${pids[i]}) ignored SIGTERM for ${grace}s; sending SIGKILL"
+            kill -KILL "${pids[i]}" 2>/dev/null || true
+        fi
+    done
+    for pid in "${pids[@]}"; do
+        while pid_running "$pid"; do sleep 0.05; done
+    done
+    ((${#names[@]} == 0)) || log "stopped: ${names[*]}"
+}
+
+# Stops everything we started; etcd last, because the apiserver's shutdown still talks to it.
+stop_all() {
+    local grace="${1:-15}" i
+    local -a first=()
+    for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
+        [[ "${COMPONENTS[i]}" == etcd ]] || first+=("${COMPONENTS[i]}")
+    done
+    stop_components "$grace" "${first[@]}"
+    stop_components "$grace" etcd
+}

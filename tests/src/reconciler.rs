@@ -1,0 +1,310 @@
+//! Reconciler fixtures over the real local environment: a production `Reconciler` with its own
+//! counting clients over a given table and namespace, and direct seeding of what the API would
+//! have written (records, labelled pods and services) or leaked (orphans).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::{
+    Container, Node, Pod, PodSpec, ResourceRequirements, Service, ServicePort, ServiceSpec,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::Api;
+use stack_core::cluster::{Cluster, NamespacePolicy};
+use stack_core::config::Config;
+use stack_core::model::{
+    MANAGED_BY_LABEL, MANAGED_BY_VALUE, PortMapping, Protocol, STACK_ID_LABEL, StackId, StackRecord, StackStatus,
+};
+use stack_core::reconcile::{PassError, Reconciler, Summary, run_pass};
+use stack_core::stacks::Stacks;
+use stack_core::store::{Store, StoreError};
+use stack_core::validate::ValidationPolicy;
+
+use crate::api::{ApiHarness, kube_config};
+use crate::counting::{CallCounter, counting_dynamodb, counting_kube};
+use crate::env::{EnvError, SimulatedNode, TestEnv, nodes, wait_for};
+
+/// Time budget of a test pass: long enough never to cut a pass short on a busy machine.
+pub const PASS_BUDGET: Duration = Duration::from_secs(120);
+/// How long tests wait for the cluster to reach a state (pod running, object gone).
+pub const CLUSTER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A reconciler as the Lambda builds it, over its own counting clients.
+pub struct TestReconciler {
+    pub reconciler: Reconciler,
+    pub stacks: Arc<Stacks>,
+    pub kube_calls: CallCounter,
+    pub dynamodb_calls: CallCounter,
+}
+
+impl TestReconciler {
+    /// A reconciler of `namespace` and `table` with the given extra variables (e.g.
+    /// `STACK_ORPHAN_GRACE`); it has clients of its own, like a separate Lambda sandbox.
+    pub async fn new(env: &TestEnv, namespace: &str, table: &str, overrides: &[(&str, &str)]) -> Self {
+        let kube_calls = CallCounter::default();
+        let dynamodb_calls = CallCounter::default();
+        let kube = counting_kube(kube_config(env).await, &kube_calls).expect("kube client");
+        let dynamodb = counting_dynamodb(&env.dynamodb, &dynamodb_calls);
+        let stacks = stacks_over(reconciler_config(namespace, table, overrides), kube, dynamodb);
+        Self {
+            reconciler: Reconciler::new(stacks.clone()),
+            stacks,
+            kube_calls,
+            dynamodb_calls,
+        }
+    }
+
+    /// A reconciler over the harness's namespace and table.
+    pub async fn over(api: &ApiHarness, overrides: &[(&str, &str)]) -> Self {
+        Self::new(&api.env, &api.namespace, api.table.name(), overrides).await
+    }
+
+    /// One pass with a comfortable budget.
+    pub async fn pass(&self) -> Summary {
+        self.pass_until(Instant::now() + PASS_BUDGET)
+            .await
+            .expect("the pass runs")
+    }
+
+    pub async fn pass_until(&self, deadline: Instant) -> Result<Summary, PassError> {
+        run_pass(&self.reconciler, deadline).await
+    }
+
+    pub fn store(&self) -> &Store {
+        self.stacks.store()
+    }
+}
+
+/// The reconciler's configuration for `namespace` and `table`, plus `overrides`.
+pub fn reconciler_config(namespace: &str, table: &str, overrides: &[(&str, &str)]) -> Config {
+    let mut vars: HashMap<String, String> = HashMap::from([
+        ("STACK_NAMESPACE".into(), namespace.to_owned()),
+        ("DDB_STACK_TABLE".into(), table.to_owned()),
+        ("STACK_REQUIRE_INGRESS_NETWORK_POLICY".into(), "false".into()),
+    ]);
+    for (k, v) in overrides {
+        vars.insert((*k).into(), (*v).into());
+    }
+    Config::from_lookup(|name| vars.get(name).cloned()).expect("reconciler config is valid")
+}
+
+/// The stack lifecycle over the given clients, wired as `functions/reconciler` wires it.
+pub fn stacks_over(config: Config, kube: kube::Client, dynamodb: aws_sdk_dynamodb::Client) -> Arc<Stacks> {
+    let store = Store::new(dynamodb, &config.table, config.consistent_read);
+    let cluster = Cluster::new(
+        kube,
+        &config.namespace,
+        NamespacePolicy {
+            deny_egress_cidrs: config.deny_egress_cidrs.clone(),
+            require_ingress_policy: config.require_ingress_network_policy,
+        },
+        (config.nodeport_min, config.nodeport_max),
+    );
+    let policy = ValidationPolicy::from_config(&config).expect("validation policy");
+    Arc::new(Stacks::new(Arc::new(config), store, cluster, policy))
+}
+
+/// `managed-by` and `stack-id`, exactly as the API labels a stack's objects.
+pub fn stack_labels(id: &StackId) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned()),
+        (STACK_ID_LABEL.to_owned(), id.to_string()),
+    ])
+}
+
+/// A minimal pod bound straight to `node_name` (no scheduler; kwok runs it), with tiny
+/// requests and the given labels.
+pub fn minimal_pod(name: &str, labels: BTreeMap<String, String>, node_name: &str) -> Pod {
+    let tiny = BTreeMap::from([
+        ("cpu".to_owned(), Quantity("1m".to_owned())),
+        ("memory".to_owned(), Quantity("1Mi".to_owned())),
+    ]);
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(labels),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            node_name: Some(node_name.to_owned()),
+            automount_service_account_token: Some(false),
+            containers: vec![Container {
+                name: "app".to_owned(),
+                image: Some("registry.example/ctf/app:1".to_owned()),
+                resources: Some(ResourceRequirements {
+                    requests: Some(tiny.clone()),
+                    limits: Some(tiny),
+                    ..ResourceRequirements::default()
+                }),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// The stack's pod as the reconciler sees it: named and labelled like the API's.
+pub fn stack_pod(id: &StackId, node_name: &str) -> Pod {
+    minimal_pod(&id.pod_name(), stack_labels(id), node_name)
+}
+
+/// The stack's service, labelled like the API's and owned by `owner` when given. Headless and
+/// without a selector: the reconciler only looks at its name and labels, and this way seeding
+/// thousands neither exhausts the node-port range other tests use nor wakes the endpoints
+/// controllers.
+pub fn stack_service(id: &StackId, owner: Option<&Pod>) -> Service {
+    let owner_references = owner.map(|pod| {
+        vec![OwnerReference {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            ..OwnerReference::default()
+        }]
+    });
+    Service {
+        metadata: ObjectMeta {
+            name: Some(id.service_name()),
+            labels: Some(stack_labels(id)),
+            owner_references,
+            ..ObjectMeta::default()
+        },
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".to_owned()),
+            ports: Some(vec![ServicePort {
+                name: Some("p0-tcp".to_owned()),
+                port: 1337,
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// A record of a stack running on `node_id`, created ten minutes ago, as the API leaves it
+/// once a read or a pass has refreshed it.
+pub fn running_record(
+    id: &StackId,
+    namespace: &str,
+    node_id: &str,
+    node_public_ip: Option<&str>,
+    ttl_expires_at: Timestamp,
+) -> StackRecord {
+    let created_at = Timestamp::now() - SignedDuration::from_mins(10);
+    StackRecord {
+        stack_id: id.clone(),
+        pod_id: id.pod_name(),
+        namespace: namespace.to_owned(),
+        node_id: node_id.to_owned(),
+        node_public_ip: node_public_ip.map(str::to_owned),
+        pod_spec: format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: {id}\n"),
+        ports: vec![PortMapping {
+            container_port: 1337,
+            protocol: Protocol::Tcp,
+            node_port: 31001,
+        }],
+        service_name: id.service_name(),
+        status: StackStatus::Running,
+        ttl_expires_at,
+        created_at,
+        updated_at: created_at,
+        requested_cpu_milli: 1,
+        requested_memory_bytes: 1 << 20,
+        idempotency_key: None,
+    }
+}
+
+/// Moves a record's `ttl_expires_at` (as an operator editing the table would): the clock
+/// cannot be moved, so this is how a test makes a stack expire without waiting for it.
+pub async fn set_ttl(store: &Store, id: &StackId, ttl_expires_at: Timestamp) -> Result<(), StoreError> {
+    // Key layout of the stack table (see stack_core::store): pk=`STACK`, sk=stack id.
+    let key = HashMap::from([
+        ("pk".to_owned(), AttributeValue::S("STACK".to_owned())),
+        ("sk".to_owned(), AttributeValue::S(id.to_string())),
+    ]);
+    store
+        .client()
+        .update_item()
+        .table_name(store.table())
+        .set_key(Some(key))
+        .condition_expression("attribute_exists(pk)")
+        .update_expression("SET ttl_expires_at = :ttl")
+        .expression_attribute_values(":ttl", AttributeValue::S(ttl_expires_at.to_string()))
+        .send()
+        .await
+        .map_err(|e| StoreError::Backend {
+            operation: "UpdateItem",
+            message: aws_smithy_types::error::display::DisplayErrorContext(&e).to_string(),
+        })?;
+    Ok(())
+}
+
+/// Waits until kwok reports the pod `Running`.
+pub async fn wait_pod_running(pods: &Api<Pod>, name: &str) -> Result<Pod, EnvError> {
+    let running = |pod: Option<&Pod>| {
+        pod.and_then(|p| p.status.as_ref())
+            .and_then(|s| s.phase.as_deref())
+            .is_some_and(|phase| phase == "Running")
+    };
+    wait_for(pods, name, &format!("pod {name} Running"), CLUSTER_TIMEOUT, running)
+        .await?
+        .ok_or_else(|| EnvError::Timeout {
+            what: format!("pod {name} (deleted while waiting)"),
+            seconds: 0,
+        })
+}
+
+/// Waits until the object no longer exists (finalizers done).
+pub async fn wait_gone<K>(api: &Api<K>, name: &str) -> Result<(), EnvError>
+where
+    K: Clone + std::fmt::Debug + Send + serde::de::DeserializeOwned + kube::Resource + 'static,
+{
+    wait_for(api, name, &format!("{name} gone"), CLUSTER_TIMEOUT, |o: Option<&K>| {
+        o.is_none()
+    })
+    .await
+    .map(|_| ())
+}
+
+/// Adds a simulated node and waits until the node lifecycle controller has lifted its
+/// not-ready taint, so that the scheduler places pods on it.
+pub async fn add_schedulable_node(env: &TestEnv, node: &SimulatedNode) -> Result<(), EnvError> {
+    nodes::add_node(&env.kube, node).await?;
+    let untainted = |n: Option<&Node>| {
+        n.is_some_and(|n| {
+            n.spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_none_or(|t| t.is_empty())
+        })
+    };
+    let nodes_api = Api::<Node>::all(env.kube.clone());
+    wait_for(
+        &nodes_api,
+        &node.name,
+        &format!("node {} untainted", node.name),
+        CLUSTER_TIMEOUT,
+        untainted,
+    )
+    .await
+    .map(|_| ())
+}
+
+/// Resolves once the object is older than `age` by its `creationTimestamp` (whole seconds,
+/// rounded down by the apiserver, so the reconciler sees it at least this old as well).
+pub async fn until_older_than(meta: &ObjectMeta, age: Duration) {
+    let Some(created) = meta.creation_timestamp.as_ref().map(|t| t.0) else {
+        return;
+    };
+    let due = created + SignedDuration::try_from(age).unwrap_or(SignedDuration::MAX) + SignedDuration::from_millis(50);
+    let left = Timestamp::now().duration_until(due);
+    if left.is_positive() {
+        tokio::time::sleep(left.unsigned_abs()).await;
+    }
+}

@@ -1,0 +1,433 @@
+//! The reconciler end to end against the real local environment: stacks made through the API
+//! (or leaked objects seeded straight into the apiserver), then a production reconcile pass,
+//! then exactly the expected pods, services and records left.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
+use kube::api::{DeleteParams, PostParams, PropagationPolicy};
+use lambda_runtime::{Context, LambdaEvent};
+use serde_json::{Value, json};
+use stack_core::model::{BatchDeleteJob, JobStatus, MANAGED_BY_LABEL, StackId, StackStatus, new_job_id};
+use stack_core::reconcile::{LEASE_NAME, Summary};
+use stack_tests::api::{ApiHarness, WEB_POD};
+use stack_tests::env::{SimulatedNode, nodes, unique_name};
+use stack_tests::reconciler::{
+    TestReconciler, add_schedulable_node, minimal_pod, set_ttl, stack_pod, stack_service, until_older_than, wait_gone,
+    wait_pod_running,
+};
+
+/// Pods, services and records of the harness's namespace and table, by name.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct State {
+    records: BTreeSet<String>,
+    pods: BTreeSet<String>,
+    services: BTreeSet<String>,
+}
+
+impl State {
+    async fn of(api: &ApiHarness) -> Self {
+        let name = |meta: &kube::api::ObjectMeta| meta.name.clone().unwrap_or_default();
+        Self {
+            records: api.records().await.iter().map(|r| r.stack_id.to_string()).collect(),
+            pods: api.managed_pods().await.iter().map(|p| name(&p.metadata)).collect(),
+            services: api.managed_services().await.iter().map(|s| name(&s.metadata)).collect(),
+        }
+    }
+
+    /// Complete stacks and nothing else.
+    fn stacks(ids: &[&StackId]) -> Self {
+        Self {
+            records: ids.iter().map(|id| id.to_string()).collect(),
+            pods: ids.iter().map(|id| id.pod_name()).collect(),
+            services: ids.iter().map(|id| id.service_name()).collect(),
+        }
+    }
+}
+
+async fn create_stack(api: &ApiHarness) -> StackId {
+    let reply = api.create(WEB_POD, json!(80)).await;
+    assert_eq!(reply.status, 201, "{}", reply.json);
+    reply.json["stack_id"]
+        .as_str()
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("no stack_id in {}", reply.json))
+}
+
+/// A stack whose record a pass has already brought to `running`: no longer in flight, so a
+/// missing part counts as drift at once.
+async fn running_stack(api: &ApiHarness, reconciler: &TestReconciler) -> StackId {
+    let id = create_stack(api).await;
+    wait_pod_running(&api.pods_api(), &id.pod_name()).await.unwrap();
+    let settled = reconciler.pass().await;
+    assert_eq!(settled.status_updates, 1, "{settled:?}");
+    let record = reconciler.store().get_stack(&id).await.unwrap().unwrap();
+    assert_eq!(record.status, StackStatus::Running);
+    id
+}
+
+fn past() -> Timestamp {
+    Timestamp::now() - SignedDuration::from_mins(1)
+}
+
+/// Only the counts a pass that did nothing may show.
+fn idle(summary: &Summary) -> Summary {
+    Summary {
+        lease_held: summary.lease_held,
+        scanned: summary.scanned,
+        duration_ms: summary.duration_ms,
+        ..Summary::default()
+    }
+}
+
+#[tokio::test]
+async fn expired_stack_is_removed_and_a_live_one_kept() {
+    let api = ApiHarness::start().await;
+    let reconciler = TestReconciler::over(&api, &[]).await;
+    let (expired, live) = (create_stack(&api).await, create_stack(&api).await);
+    set_ttl(reconciler.store(), &expired, past()).await.unwrap();
+
+    let summary = reconciler.pass().await;
+    assert!(summary.lease_held);
+    assert_eq!(
+        (summary.scanned, summary.expired, summary.drift, summary.failures),
+        (2, 1, 0, 0)
+    );
+    assert_eq!(State::of(&api).await, State::stacks(&[&live]));
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn stack_expires_after_a_short_ttl() {
+    let api = ApiHarness::with_env(&[("STACK_TTL", "1s")]).await;
+    let reconciler = TestReconciler::over(&api, &[]).await;
+    let id = create_stack(&api).await;
+    let record = reconciler.store().get_stack(&id).await.unwrap().unwrap();
+    // The TTL is the thing under test: wait for exactly that moment to pass.
+    let left = Timestamp::now().duration_until(record.ttl_expires_at);
+    if left.is_positive() {
+        tokio::time::sleep(left.unsigned_abs() + Duration::from_millis(10)).await;
+    }
+
+    let summary = reconciler.pass().await;
+    assert_eq!((summary.expired, summary.failures), (1, 0), "{summary:?}");
+    api.assert_nothing_left().await;
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn status_changes_are_written_back_once() {
+    let api = ApiHarness::start().await;
+    let reconciler = TestReconciler::over(&api, &[]).await;
+    let id = create_stack(&api).await;
+    let before = reconciler.store().get_stack(&id).await.unwrap().unwrap();
+    assert_eq!(before.status, StackStatus::Creating);
+    let pod = wait_pod_running(&api.pods_api(), &id.pod_name()).await.unwrap();
+    let node_name = pod.spec.and_then(|s| s.node_name).unwrap();
+    let node = Api::<Node>::all(api.env.kube.clone()).get(&node_name).await.unwrap();
+
+    let summary = reconciler.pass().await;
+    assert_eq!(summary.status_updates, 1, "{summary:?}");
+    let after = reconciler.store().get_stack(&id).await.unwrap().unwrap();
+    assert_eq!(after.status, StackStatus::Running);
+    assert_eq!(after.node_id, node_name);
+    assert_eq!(after.node_public_ip, stack_core::cluster::node_external_ip(&node));
+    assert!(after.updated_at > before.updated_at);
+
+    // In sync now: the next pass writes nothing.
+    let again = reconciler.pass().await;
+    assert_eq!(again, idle(&again));
+    let unchanged = reconciler.store().get_stack(&id).await.unwrap().unwrap();
+    assert_eq!(unchanged, after);
+    assert_eq!(State::of(&api).await, State::stacks(&[&id]));
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn stack_whose_pod_was_deleted_behind_our_back_loses_service_and_record() {
+    let api = ApiHarness::start().await;
+    let reconciler = TestReconciler::over(&api, &[]).await;
+    let (lost, kept) = (running_stack(&api, &reconciler).await, create_stack(&api).await);
+    // Orphan propagation keeps the garbage collector from taking the service with the pod:
+    // removing it is the reconciler's job here.
+    let orphaning = DeleteParams {
+        grace_period_seconds: Some(0),
+        propagation_policy: Some(PropagationPolicy::Orphan),
+        ..DeleteParams::default()
+    };
+    api.pods_api().delete(&lost.pod_name(), &orphaning).await.unwrap();
+    wait_gone(&api.pods_api(), &lost.pod_name()).await.unwrap();
+    assert!(api.managed_services().await.len() == 2, "the service outlived its pod");
+
+    let summary = reconciler.pass().await;
+    assert_eq!(
+        (summary.drift, summary.expired, summary.failures),
+        (1, 0, 0),
+        "{summary:?}"
+    );
+    assert_eq!(State::of(&api).await, State::stacks(&[&kept]));
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn stack_whose_service_was_deleted_loses_pod_and_record() {
+    let api = ApiHarness::start().await;
+    let reconciler = TestReconciler::over(&api, &[]).await;
+    let (lost, kept) = (running_stack(&api, &reconciler).await, create_stack(&api).await);
+    api.services_api()
+        .delete(&lost.service_name(), &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&api.services_api(), &lost.service_name()).await.unwrap();
+
+    let summary = reconciler.pass().await;
+    assert_eq!(
+        (summary.drift, summary.expired, summary.failures),
+        (1, 0, 0),
+        "{summary:?}"
+    );
+    assert_eq!(State::of(&api).await, State::stacks(&[&kept]));
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn stack_whose_node_was_deleted_is_removed() {
+    // Its own node role and node, so deleting the node touches no other test.
+    let role = unique_name("recon");
+    let api = ApiHarness::with_env(&[("STACK_NODE_ROLE", &role)]).await;
+    let reconciler = TestReconciler::over(&api, &[]).await;
+    let node = SimulatedNode::new(&format!("{role}-node"))
+        .role(&role)
+        .external_ip("203.0.113.201");
+    add_schedulable_node(&api.env, &node).await.unwrap();
+    let id = running_stack(&api, &reconciler).await;
+    let record = reconciler.store().get_stack(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (record.node_id.as_str(), record.node_public_ip.as_deref()),
+        (node.name.as_str(), Some("203.0.113.201"))
+    );
+
+    nodes::delete_node(&api.env.kube, &node.name).await.unwrap();
+    wait_gone(&Api::<Node>::all(api.env.kube.clone()), &node.name)
+        .await
+        .unwrap();
+    let summary = reconciler.pass().await;
+    assert_eq!((summary.drift, summary.failures), (1, 0), "{summary:?}");
+    api.assert_nothing_left().await;
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn old_orphans_are_deleted_young_ones_and_foreign_pods_kept() {
+    let api = ApiHarness::start().await;
+    // Makes the namespace, and a stack whose claimed objects must survive every pass.
+    let claimed = create_stack(&api).await;
+    let node = nodes::default_nodes()[0].name.clone();
+    let create = PostParams::default();
+    let orphan = StackId::generate();
+    let orphan_pod = api
+        .pods_api()
+        .create(&create, &stack_pod(&orphan, &node))
+        .await
+        .unwrap();
+    api.services_api()
+        .create(&create, &stack_service(&orphan, Some(&orphan_pod)))
+        .await
+        .unwrap();
+    let unlabelled = minimal_pod("unlabelled", BTreeMap::new(), &node);
+    let foreign_labels = BTreeMap::from([(MANAGED_BY_LABEL.to_owned(), "helm".to_owned())]);
+    let foreign = minimal_pod("managed-by-helm", foreign_labels, &node);
+    for pod in [&unlabelled, &foreign] {
+        api.pods_api().create(&create, pod).await.unwrap();
+    }
+    let with_orphan = State {
+        pods: BTreeSet::from([claimed.pod_name(), orphan.pod_name()]),
+        services: BTreeSet::from([claimed.service_name(), orphan.service_name()]),
+        ..State::stacks(&[&claimed])
+    };
+
+    // Younger than the grace: possibly a create still in progress, left alone.
+    let patient = TestReconciler::over(&api, &[("STACK_ORPHAN_GRACE", "1h")]).await;
+    let young = patient.pass().await;
+    assert_eq!((young.orphans, young.drift, young.failures), (0, 0, 0), "{young:?}");
+    assert_eq!(State::of(&api).await, with_orphan);
+
+    // Older than the grace: leaked, deleted (pod and service, each an orphan of its own).
+    until_older_than(&orphan_pod.metadata, Duration::from_secs(1)).await;
+    let eager = TestReconciler::over(&api, &[("STACK_ORPHAN_GRACE", "1s")]).await;
+    let old = eager.pass().await;
+    assert_eq!((old.orphans, old.drift, old.failures), (2, 0, 0), "{old:?}");
+    assert_eq!(State::of(&api).await, State::stacks(&[&claimed]));
+    // Pods without our exact managed-by label are never ours to delete.
+    for name in ["unlabelled", "managed-by-helm"] {
+        let pod: Option<Pod> = api.pods_api().get_opt(name).await.unwrap();
+        assert!(
+            pod.is_some_and(|p| p.metadata.deletion_timestamp.is_none()),
+            "{name} was deleted"
+        );
+    }
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn only_one_pass_runs_at_a_time() {
+    let api = ApiHarness::start().await;
+    // Two sandboxes with clients of their own.
+    let first = TestReconciler::over(&api, &[]).await;
+    let second = TestReconciler::over(&api, &[]).await;
+    let store = first.store();
+    let id = create_stack(&api).await;
+    set_ttl(store, &id, past()).await.unwrap();
+
+    // Someone else holds the lease: the pass does nothing and says so.
+    let now = Timestamp::now();
+    assert!(
+        store
+            .try_acquire_lease(LEASE_NAME, "other-sandbox", Duration::from_secs(60), now)
+            .await
+            .unwrap()
+    );
+    let skipped = first.pass().await;
+    assert!(!skipped.lease_held);
+    assert_eq!(
+        skipped,
+        Summary {
+            lease_held: false,
+            duration_ms: skipped.duration_ms,
+            ..Summary::default()
+        }
+    );
+    assert_eq!(State::of(&api).await, State::stacks(&[&id]));
+    assert!(store.release_lease(LEASE_NAME, "other-sandbox").await.unwrap());
+
+    // A lease whose holder died is taken over once it lapses.
+    let long_ago = now - SignedDuration::from_mins(10);
+    assert!(
+        store
+            .try_acquire_lease(LEASE_NAME, "crashed-sandbox", Duration::from_secs(1), long_ago)
+            .await
+            .unwrap()
+    );
+    // Two passes started at once: one runs, the other finds the lease held.
+    let (a, b) = tokio::join!(first.pass(), second.pass());
+    assert_eq!(
+        [a.lease_held, b.lease_held].iter().filter(|held| **held).count(),
+        1,
+        "{a:?} {b:?}"
+    );
+    let (ran, waited) = if a.lease_held { (a, b) } else { (b, a) };
+    assert_eq!((ran.expired, ran.failures), (1, 0), "{ran:?}");
+    assert_eq!(waited.expired, 0);
+    api.assert_nothing_left().await;
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn pass_out_of_time_stops_cleanly_and_the_next_one_finishes() {
+    let api = ApiHarness::start().await;
+    let reconciler = TestReconciler::over(&api, &[]).await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let id = create_stack(&api).await;
+        set_ttl(reconciler.store(), &id, past()).await.unwrap();
+        ids.push(id);
+    }
+
+    let cut = reconciler
+        .pass_until(Instant::now() + Duration::from_millis(1))
+        .await
+        .unwrap();
+    assert!(cut.lease_held);
+    assert_eq!(
+        (cut.scanned, cut.expired, cut.remaining, cut.failures),
+        (3, 0, 3, 0),
+        "{cut:?}"
+    );
+    let refs: Vec<&StackId> = ids.iter().collect();
+    assert_eq!(State::of(&api).await, State::stacks(&refs));
+
+    // The lease was released on the way out: the next pass need not wait for it to lapse.
+    let next = reconciler.pass().await;
+    assert_eq!((next.expired, next.remaining, next.failures), (3, 0, 0), "{next:?}");
+    api.assert_nothing_left().await;
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn stalled_batch_delete_job_is_carried_to_completion() {
+    let api = ApiHarness::start().await;
+    let reconciler = TestReconciler::over(&api, &[]).await;
+    let store = reconciler.store();
+    let (doomed, listed_later) = (create_stack(&api).await, create_stack(&api).await);
+    let unknown = "stack-0123456789abcdef".to_owned();
+    let now = Timestamp::now();
+    // Half done by an invocation that died a minute ago.
+    let stalled = BatchDeleteJob {
+        job_id: new_job_id(),
+        status: JobStatus::Running,
+        total: 3,
+        deleted: 1,
+        not_found: 0,
+        failed: 0,
+        errors: vec![],
+        pending: vec![doomed.to_string(), unknown],
+        created_at: now - SignedDuration::from_mins(2),
+        updated_at: now - SignedDuration::from_mins(1),
+    };
+    // Just accepted: its own invocation is still at it.
+    let fresh = BatchDeleteJob {
+        job_id: new_job_id(),
+        status: JobStatus::Queued,
+        total: 1,
+        deleted: 0,
+        pending: vec![listed_later.to_string()],
+        created_at: now,
+        updated_at: now,
+        ..stalled.clone()
+    };
+    for job in [&stalled, &fresh] {
+        store.put_new_job(job).await.unwrap();
+    }
+
+    let summary = reconciler.pass().await;
+    assert_eq!((summary.jobs, summary.failures), (1, 0), "{summary:?}");
+    let done = store.get_job(&stalled.job_id).await.unwrap().unwrap();
+    assert_eq!(done.status, JobStatus::Completed);
+    assert_eq!((done.total, done.deleted, done.not_found, done.failed), (3, 2, 1, 0));
+    assert!(done.pending.is_empty() && done.errors.is_empty(), "{done:?}");
+    assert_eq!(store.get_job(&fresh.job_id).await.unwrap().unwrap(), fresh);
+    assert_eq!(State::of(&api).await, State::stacks(&[&listed_later]));
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn scheduled_event_runs_one_pass_through_the_lambda_handler() {
+    let api = ApiHarness::start().await;
+    let reconciler = TestReconciler::over(&api, &[]).await;
+    let id = create_stack(&api).await;
+    set_ttl(reconciler.store(), &id, past()).await.unwrap();
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../events/scheduled.json");
+    let payload: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!(payload["detail-type"], "Scheduled Event");
+    let mut context = Context::default();
+    context.request_id = "scheduled-test".into();
+    context.deadline = u64::try_from((Timestamp::now() + SignedDuration::from_mins(1)).as_millisecond()).unwrap();
+
+    let summary = stack_reconciler::handler::handle(&reconciler.reconciler, LambdaEvent::new(payload, context))
+        .await
+        .unwrap();
+    // What the runtime sends back as the invocation's answer.
+    let answer = serde_json::to_value(summary).unwrap();
+    assert_eq!(answer["lease_held"], true, "{answer}");
+    assert_eq!(
+        (answer["scanned"].as_u64(), answer["expired"].as_u64()),
+        (Some(1), Some(1)),
+        "{answer}"
+    );
+    assert_eq!(answer["failures"], 0, "{answer}");
+    api.assert_nothing_left().await;
+    api.finish().await;
+}
