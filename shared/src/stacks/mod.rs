@@ -15,11 +15,20 @@ pub use batch::JobProgress;
 pub use create::{CreateOutcome, CreateRequest};
 pub use read::Stats;
 
-use crate::cluster::{Cluster, ClusterError};
-use crate::config::Config;
+use crate::cluster::{self, Cluster, ClusterError, NamespacePolicy};
+use crate::config::{Config, ConfigError};
 use crate::model::{StackId, StackRecord};
 use crate::store::{Store, StoreError};
 use crate::validate::ValidationPolicy;
+
+/// Start-up failures.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+}
 
 /// What a stack operation can fail with, sorted by what the client must be told.
 #[derive(Debug, thiserror::Error)]
@@ -79,6 +88,35 @@ impl Stacks {
             cluster,
             policy,
         }
+    }
+
+    /// Everything the configuration describes, over the given clients.
+    pub fn from_config(config: Config, store: Store, client: kube::Client) -> Result<Self, ConfigError> {
+        let policy = ValidationPolicy::from_config(&config)?;
+        let namespace_policy = NamespacePolicy {
+            deny_egress_cidrs: config.deny_egress_cidrs.clone(),
+            require_ingress_policy: config.require_ingress_network_policy,
+        };
+        let cluster = Cluster::new(
+            client,
+            &config.namespace,
+            namespace_policy,
+            (config.nodeport_min, config.nodeport_max),
+        );
+        Ok(Self::new(Arc::new(config), store, cluster, policy))
+    }
+
+    /// Builds the clients once per process (AWS SDK with our timeouts, Kubernetes per
+    /// [`cluster::connect`]) and everything over them.
+    pub async fn connect(config: Config) -> Result<Self, SetupError> {
+        let aws = crate::aws::load_sdk_config().await;
+        let store = Store::new(
+            aws_sdk_dynamodb::Client::new(&aws),
+            &config.table,
+            config.consistent_read,
+        );
+        let client = cluster::connect(&config, &aws).await?;
+        Ok(Self::from_config(config, store, client)?)
     }
 
     pub fn config(&self) -> &Config {
