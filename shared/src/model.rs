@@ -192,9 +192,7 @@ pub struct StackRecord {
     /// Node name, empty until scheduled.
     pub node_id: String,
     pub node_public_ip: Option<String>,
-    /// The hardened YAML actually applied (empty when read without it, see
-    /// `Store::list_stacks_without_spec`).
-    #[serde(default)]
+    /// The hardened YAML actually applied.
     pub pod_spec: String,
     /// In request order.
     pub ports: Vec<PortMapping>,

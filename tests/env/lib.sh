@@ -4,7 +4,8 @@
 # shellcheck disable=SC2034  # the paths below are used by the scripts sourcing this file
 ENV_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_DIR="$(cd "$ENV_DIR/../.." && pwd)"
-STATE_DIR="$ENV_DIR/.state"
+# STACK_ENV_STATE: another state directory, for a second environment next to the usual one.
+STATE_DIR="${STACK_ENV_STATE:-$ENV_DIR/.state}"
 CACHE_DIR="${STACK_ENV_CACHE:-$HOME/.cache/stack-provisioner}"
 BIN_DIR="$CACHE_DIR/bin"
 DDB_DIR="$CACHE_DIR/dynamodb"

@@ -14,7 +14,6 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Api;
-use stack_core::cluster::{Cluster, NamespacePolicy};
 use stack_core::config::Config;
 use stack_core::model::{
     MANAGED_BY_LABEL, MANAGED_BY_VALUE, PortMapping, Protocol, STACK_ID_LABEL, StackId, StackRecord, StackStatus,
@@ -22,7 +21,6 @@ use stack_core::model::{
 use stack_core::reconcile::{PassError, Reconciler, Summary, run_pass};
 use stack_core::stacks::Stacks;
 use stack_core::store::{Store, StoreError};
-use stack_core::validate::ValidationPolicy;
 
 use crate::api::{ApiHarness, kube_config};
 use crate::counting::{CallCounter, counting_dynamodb, counting_kube};
@@ -92,20 +90,10 @@ pub fn reconciler_config(namespace: &str, table: &str, overrides: &[(&str, &str)
     Config::from_lookup(|name| vars.get(name).cloned()).expect("reconciler config is valid")
 }
 
-/// The stack lifecycle over the given clients, wired as `functions/reconciler` wires it.
+/// The stack lifecycle over the given clients, as the functions build it.
 pub fn stacks_over(config: Config, kube: kube::Client, dynamodb: aws_sdk_dynamodb::Client) -> Arc<Stacks> {
     let store = Store::new(dynamodb, &config.table, config.consistent_read);
-    let cluster = Cluster::new(
-        kube,
-        &config.namespace,
-        NamespacePolicy {
-            deny_egress_cidrs: config.deny_egress_cidrs.clone(),
-            require_ingress_policy: config.require_ingress_network_policy,
-        },
-        (config.nodeport_min, config.nodeport_max),
-    );
-    let policy = ValidationPolicy::from_config(&config).expect("validation policy");
-    Arc::new(Stacks::new(Arc::new(config), store, cluster, policy))
+    Arc::new(Stacks::from_config(config, store, kube).expect("validation policy"))
 }
 
 /// `managed-by` and `stack-id`, exactly as the API labels a stack's objects.

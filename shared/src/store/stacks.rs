@@ -11,23 +11,6 @@ use super::{Store, StoreError, idempotency};
 use crate::model::{StackId, StackRecord, StackStatus};
 
 const STACK_PK: &str = "STACK";
-/// Every attribute of a stack record but `pod_spec`.
-const ATTRIBUTES_BUT_SPEC: [&str; 14] = [
-    "stack_id",
-    "pod_id",
-    "namespace",
-    "node_id",
-    "node_public_ip",
-    "ports",
-    "service_name",
-    "status",
-    "ttl_expires_at",
-    "created_at",
-    "updated_at",
-    "requested_cpu_milli",
-    "requested_memory_bytes",
-    "idempotency_key",
-];
 
 /// What the cluster showed about a stack; written back only when it differs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,21 +64,10 @@ impl Store {
 
     /// Every stack record, oldest first (one paginated query).
     pub async fn list_stacks(&self) -> Result<Vec<StackRecord>, StoreError> {
-        self.query_stacks(None).await
-    }
-
-    /// Every stack record without its `pod_spec` (left empty), oldest first: all the
-    /// reconciler needs, in a fraction of the 1 MB query pages, since the spec is most of a
-    /// record. Such a record must never be written back whole.
-    pub async fn list_stacks_without_spec(&self) -> Result<Vec<StackRecord>, StoreError> {
-        self.query_stacks(Some(&ATTRIBUTES_BUT_SPEC)).await
-    }
-
-    async fn query_stacks(&self, attributes: Option<&[&str]>) -> Result<Vec<StackRecord>, StoreError> {
         let mut records: Vec<StackRecord> = Vec::new();
         let mut start = None;
         loop {
-            let mut query = self
+            let out = self
                 .client
                 .query()
                 .table_name(&self.table)
@@ -103,16 +75,10 @@ impl Store {
                 .expression_attribute_names("#pk", PK)
                 .expression_attribute_values(":pk", s(STACK_PK))
                 .consistent_read(self.consistent_read)
-                .set_exclusive_start_key(start);
-            if let Some(attributes) = attributes {
-                // Placeholders for all: several attribute names are DynamoDB reserved words.
-                let placeholders: Vec<String> = (0..attributes.len()).map(|i| format!("#a{i}")).collect();
-                query = query.projection_expression(placeholders.join(", "));
-                for (placeholder, attribute) in placeholders.iter().zip(attributes) {
-                    query = query.expression_attribute_names(placeholder, *attribute);
-                }
-            }
-            let out = query.send().await.map_err(|e| StoreError::backend("Query", e))?;
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| StoreError::backend("Query", e))?;
             for item in out.items.unwrap_or_default() {
                 records.push(from_item(item)?);
             }
@@ -229,54 +195,5 @@ impl Store {
             .await
             .map_err(|e: aws_sdk_dynamodb::error::SdkError<DeleteItemError, _>| StoreError::backend("DeleteItem", e))?;
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::{PortMapping, Protocol};
-
-    #[test]
-    fn the_projection_without_spec_names_every_other_attribute() {
-        let id = StackId::generate();
-        let now = Timestamp::now();
-        let record = StackRecord {
-            pod_id: id.pod_name(),
-            service_name: id.service_name(),
-            stack_id: id,
-            namespace: "stacks".into(),
-            node_id: "n1".into(),
-            node_public_ip: Some("203.0.113.1".into()),
-            pod_spec: "kind: Pod".into(),
-            ports: vec![PortMapping {
-                container_port: 80,
-                protocol: Protocol::Tcp,
-                node_port: 31001,
-            }],
-            status: StackStatus::Running,
-            ttl_expires_at: now,
-            created_at: now,
-            updated_at: now,
-            requested_cpu_milli: 1,
-            requested_memory_bytes: 1,
-            idempotency_key: Some("k".into()),
-        };
-        let item = to_item(STACK_PK, record.stack_id.as_str(), &record, None).unwrap();
-        let mut stored: Vec<&str> = item
-            .keys()
-            .map(String::as_str)
-            .filter(|k| !["pk", "sk", "pod_spec"].contains(k))
-            .collect();
-        stored.sort_unstable();
-        let mut projected = ATTRIBUTES_BUT_SPEC.to_vec();
-        projected.sort_unstable();
-        assert_eq!(stored, projected);
-
-        let mut without_spec = item;
-        without_spec.remove("pod_spec");
-        let read: StackRecord = from_item(without_spec).unwrap();
-        assert_eq!(read.pod_spec, "");
-        assert_eq!(read.idempotency_key, record.idempotency_key);
     }
 }

@@ -318,6 +318,7 @@ async fn count_running(pods: &Api<Pod>) -> Result<usize, kube::Error> {
 /// Runs one pass, printing its duration, calls by kind, peak RSS and summary.
 async fn measured_pass(reconciler: &Reconciler, counts: &Counts, label: &str) -> Result<Summary, BenchError> {
     let before = counts.snapshot();
+    let rss_before = proc_status_kib("VmRSS:");
     let peak_reset = reset_peak_rss();
     let started = Instant::now();
     let summary = run_pass(reconciler, Instant::now() + PASS_BUDGET).await?;
@@ -339,14 +340,21 @@ async fn measured_pass(reconciler: &Reconciler, counts: &Counts, label: &str) ->
         calls.dynamodb.values().sum::<u64>(),
         listed.join(", ")
     );
+    let queries = calls.dynamodb.get("Query").copied().unwrap_or(0);
     println!(
-        "  peak RSS {}: {}",
-        if peak_reset {
-            "during the pass"
-        } else {
-            "of the process"
-        },
-        rss_text()
+        "  list/query calls: {} (kubernetes {}, dynamodb {queries})",
+        calls.kube_list + queries,
+        calls.kube_list
+    );
+    let peak = if peak_reset {
+        "during the pass"
+    } else {
+        "of the process"
+    };
+    println!(
+        "  peak RSS {peak}: {} (RSS before it: {})",
+        rss_text(),
+        mib_text(rss_before)
     );
     println!("  summary: {}", serde_json::to_string(&summary).unwrap_or_default());
     Ok(summary)
@@ -478,16 +486,20 @@ fn counted_dynamodb(client: &aws_sdk_dynamodb::Client, counts: &Counts) -> aws_s
     aws_sdk_dynamodb::Client::from_conf(config)
 }
 
-/// Peak resident set size of this process (`VmHWM`), in KiB.
-fn peak_rss_kib() -> Option<u64> {
+/// A `/proc/self/status` size field (`VmHWM:` is the peak resident set size), in KiB.
+fn proc_status_kib(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// Peak RSS of the process so far.
 fn rss_text() -> String {
-    peak_rss_kib()
-        .map(|kib| format!("{:.1} MiB", kib as f64 / 1024.0))
+    mib_text(proc_status_kib("VmHWM:"))
+}
+
+fn mib_text(kib: Option<u64>) -> String {
+    kib.map(|kib| format!("{:.1} MiB", kib as f64 / 1024.0))
         .unwrap_or_else(|| "unknown".to_owned())
 }
 
