@@ -192,7 +192,8 @@ pub struct StackRecord {
     /// Node name, empty until scheduled.
     pub node_id: String,
     pub node_public_ip: Option<String>,
-    /// The hardened YAML actually applied.
+    /// The hardened YAML actually applied; empty when read without it.
+    #[serde(default)]
     pub pod_spec: String,
     /// In request order.
     pub ports: Vec<PortMapping>,

@@ -136,6 +136,9 @@ async fn status_changes_are_written_back_once() {
     assert_eq!(after.node_id, node_name);
     assert_eq!(after.node_public_ip, stack_core::cluster::node_external_ip(&node));
     assert!(after.updated_at > before.updated_at);
+    // The pass reads records without their manifest; the write-back must not lose it.
+    assert_eq!(after.pod_spec, before.pod_spec);
+    assert!(!after.pod_spec.is_empty());
 
     // In sync now: the next pass writes nothing.
     let again = reconciler.pass().await;

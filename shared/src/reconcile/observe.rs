@@ -18,7 +18,7 @@ pub enum ObserveError {
 /// any node a listed pod is bound to existed before the node list. A missing object is then
 /// really gone, not merely created after its list call.
 pub async fn observe(store: &Store, cluster: &Cluster) -> Result<Snapshot, ObserveError> {
-    let (records, jobs) = tokio::try_join!(store.list_stacks(), store.list_unfinished_jobs())?;
+    let (records, jobs) = tokio::try_join!(store.list_stacks_without_manifest(), store.list_unfinished_jobs())?;
     // Projected page by page: full pods of thousands of stacks would not fit a small Lambda.
     let (pods, services) = tokio::try_join!(
         cluster.list_stack_pods_as(|pod| PodView::of(&pod)),

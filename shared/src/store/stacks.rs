@@ -11,6 +11,24 @@ use super::{Store, StoreError, idempotency};
 use crate::model::{StackId, StackRecord, StackStatus};
 
 const STACK_PK: &str = "STACK";
+/// Every attribute of a stack item except `pod_spec` (a unit test keeps it in step with
+/// [`StackRecord`]).
+const ATTRIBUTES_BUT_MANIFEST: [&str; 14] = [
+    "stack_id",
+    "pod_id",
+    "namespace",
+    "node_id",
+    "node_public_ip",
+    "ports",
+    "service_name",
+    "status",
+    "ttl_expires_at",
+    "created_at",
+    "updated_at",
+    "requested_cpu_milli",
+    "requested_memory_bytes",
+    "idempotency_key",
+];
 
 /// What the cluster showed about a stack; written back only when it differs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,10 +82,20 @@ impl Store {
 
     /// Every stack record, oldest first (one paginated query).
     pub async fn list_stacks(&self) -> Result<Vec<StackRecord>, StoreError> {
+        self.query_stacks(false).await
+    }
+
+    /// Like [`Self::list_stacks`] but with `pod_spec` left empty: the manifest is most of a
+    /// record's size, so the reconciler reads several times fewer pages and holds less.
+    pub async fn list_stacks_without_manifest(&self) -> Result<Vec<StackRecord>, StoreError> {
+        self.query_stacks(true).await
+    }
+
+    async fn query_stacks(&self, without_manifest: bool) -> Result<Vec<StackRecord>, StoreError> {
         let mut records: Vec<StackRecord> = Vec::new();
         let mut start = None;
         loop {
-            let out = self
+            let mut query = self
                 .client
                 .query()
                 .table_name(&self.table)
@@ -75,10 +103,18 @@ impl Store {
                 .expression_attribute_names("#pk", PK)
                 .expression_attribute_values(":pk", s(STACK_PK))
                 .consistent_read(self.consistent_read)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| StoreError::backend("Query", e))?;
+                .set_exclusive_start_key(start);
+            if without_manifest {
+                // Placeholders for every name: several (status, namespace, ...) are reserved words.
+                let mut projection = Vec::with_capacity(ATTRIBUTES_BUT_MANIFEST.len());
+                for (i, name) in ATTRIBUTES_BUT_MANIFEST.iter().enumerate() {
+                    let placeholder = format!("#a{i}");
+                    query = query.expression_attribute_names(&placeholder, *name);
+                    projection.push(placeholder);
+                }
+                query = query.projection_expression(projection.join(", "));
+            }
+            let out = query.send().await.map_err(|e| StoreError::backend("Query", e))?;
             for item in out.items.unwrap_or_default() {
                 records.push(from_item(item)?);
             }
@@ -152,7 +188,7 @@ impl Store {
             .expression_attribute_values(":current", s(current_expiry.to_string()))
             .expression_attribute_values(":new", s(new_expiry.to_string()))
             .expression_attribute_values(":updated", s(now.to_string()))
-            .expression_attribute_values(":now", s(now.to_string()))
+            .expression_attribute_values(":now", s(whole_second_after(now)))
             .send()
             .await
             .map_err(|e| match e.as_service_error() {
@@ -195,5 +231,85 @@ impl Store {
             .await
             .map_err(|e: aws_sdk_dynamodb::error::SdkError<DeleteItemError, _>| StoreError::backend("DeleteItem", e))?;
         Ok(())
+    }
+}
+
+/// `now` rounded up to a whole second, as RFC 3339 without a fraction. Stored timestamps are
+/// compared as strings and carry a fraction only when it is non-zero, so `…:00Z` sorts after
+/// `…:00.5Z`. Against a whole second, no expiry at or before `now` compares greater, so a
+/// renewal is never granted late; it is refused up to two seconds early instead (a fraction
+/// sorts below its whole second).
+fn whole_second_after(now: Timestamp) -> String {
+    let second = now.as_second();
+    let ceiling = if now.subsec_nanosecond() > 0 {
+        second + 1
+    } else {
+        second
+    };
+    Timestamp::from_second(ceiling).unwrap_or(now).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::model::{PortMapping, Protocol};
+    use crate::store::item::SK;
+
+    #[test]
+    fn projection_names_every_attribute_but_the_manifest() {
+        let now = Timestamp::now();
+        let record = StackRecord {
+            stack_id: StackId::generate(),
+            pod_id: "pod".into(),
+            namespace: "ns".into(),
+            node_id: "node".into(),
+            node_public_ip: Some("203.0.113.1".into()),
+            pod_spec: "kind: Pod".into(),
+            ports: vec![PortMapping {
+                container_port: 80,
+                protocol: Protocol::Tcp,
+                node_port: 30000,
+            }],
+            service_name: "svc".into(),
+            status: StackStatus::Running,
+            ttl_expires_at: now,
+            created_at: now,
+            updated_at: now,
+            requested_cpu_milli: 100,
+            requested_memory_bytes: 1,
+            idempotency_key: Some("key".into()),
+        };
+        let item = to_item(STACK_PK, record.stack_id.as_str(), &record, None).unwrap();
+        let stored: BTreeSet<&str> = item
+            .keys()
+            .map(String::as_str)
+            .filter(|k| ![PK, SK, "pod_spec"].contains(k))
+            .collect();
+        assert_eq!(stored, BTreeSet::from(ATTRIBUTES_BUT_MANIFEST));
+    }
+
+    #[test]
+    fn renew_cutoff_orders_like_time_as_a_string() {
+        let at = |s: &str| s.parse::<Timestamp>().unwrap();
+        let now = at("2026-11-22T10:00:00.5Z");
+        let cutoff = whole_second_after(now);
+        assert_eq!(cutoff, "2026-11-22T10:00:01Z");
+        // Expiries at or before `now` never compare greater than the cutoff...
+        for expired in [
+            "2026-11-22T10:00:00Z",
+            "2026-11-22T10:00:00.5Z",
+            "2026-11-22T09:59:59.999Z",
+        ] {
+            assert!(at(expired).to_string() <= cutoff, "{expired}");
+        }
+        // ...expiries from the second after it on always do...
+        for alive in ["2026-11-22T10:00:02Z", "2026-11-22T10:00:02.5Z", "2026-11-22T11:00:00Z"] {
+            assert!(at(alive).to_string() > cutoff, "{alive}");
+        }
+        // ...and in between the renewal is refused, early rather than late.
+        assert!(at("2026-11-22T10:00:01.5Z").to_string() < cutoff);
+        assert_eq!(whole_second_after(at("2026-11-22T10:00:00Z")), "2026-11-22T10:00:00Z");
     }
 }

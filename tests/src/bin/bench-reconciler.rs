@@ -8,6 +8,9 @@
 //! and a second one with nothing left to do, printing durations, calls by kind, peak RSS and
 //! the summaries. Everything it made (table, namespace, nodes) is deleted at the end.
 //!
+//! Each pass runs in a child process (this binary again, `--pass`) that does nothing else, as
+//! in a Lambda, so that its peak RSS is the pass's own and not the seeding's.
+//!
 //! `cargo run --release -p stack-tests --bin bench-reconciler -- --stacks 1000`
 
 use std::collections::HashMap;
@@ -81,6 +84,8 @@ enum BenchError {
     Manifest(#[from] Rejection),
     #[error("{0}")]
     Timeout(String),
+    #[error("running the pass process: {0}")]
+    Process(#[from] std::io::Error),
 }
 
 /// What one seeded stack is.
@@ -105,13 +110,13 @@ fn mix(stacks: usize) -> Vec<Seed> {
     orphans.chain(records).collect()
 }
 
+/// The value following `flag` on the command line.
+fn arg(flag: &str) -> Option<String> {
+    std::env::args().skip_while(|a| a != flag).nth(1)
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
-    let stacks: usize = std::env::args()
-        .skip_while(|a| a != "--stacks")
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(1000);
     let env = match TestEnv::connect().await {
         Ok(env) => env,
         Err(err) => {
@@ -119,12 +124,22 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(label) = arg("--pass") {
+        return match pass_process(&env, &label).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("bench-reconciler {label}: {err}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let stacks: usize = arg("--stacks").and_then(|n| n.parse().ok()).unwrap_or(1000);
     let mut fixture = Fixture::default();
     let result = run(&env, stacks, &mut fixture).await;
     let cleanup = Instant::now();
     fixture.remove(&env).await;
     println!(
-        "cleanup started in {:.1}s (namespace deletion continues in the background)",
+        "cleanup (namespace, its pods, table, nodes): {:.1}s",
         secs(cleanup.elapsed())
     );
     match result {
@@ -147,7 +162,13 @@ struct Fixture {
 impl Fixture {
     async fn remove(&mut self, env: &TestEnv) {
         if let Some(namespace) = self.namespace.take() {
+            let pods: Api<Pod> = namespace.api();
             report_cleanup("namespace", namespace.delete().await);
+            // kwok finishes the pods' deletion only while their nodes exist; without them the
+            // pod garbage collector takes minutes.
+            if let Err(err) = wait_no_pods(&pods).await {
+                eprintln!("cleanup: {err}");
+            }
         }
         if let Some(table) = self.table.take() {
             report_cleanup("table", table.delete().await);
@@ -156,6 +177,19 @@ impl Fixture {
             report_cleanup("node", nodes::delete_node(&env.kube, &node).await);
         }
     }
+}
+
+async fn wait_no_pods(pods: &Api<Pod>) -> Result<(), BenchError> {
+    let deadline = Instant::now() + RUNNING_TIMEOUT;
+    while !pods.list(&ListParams::default().limit(1)).await?.items.is_empty() {
+        if Instant::now() >= deadline {
+            return Err(BenchError::Timeout(
+                "pods of the benchmark namespace still there".into(),
+            ));
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    Ok(())
 }
 
 fn report_cleanup(what: &str, result: Result<(), EnvError>) {
@@ -222,23 +256,54 @@ async fn run(env: &TestEnv, stacks: usize, fixture: &mut Fixture) -> Result<(), 
     );
     println!("peak RSS while seeding: {}", rss_text());
 
+    let expected = ExpectedWork::of(&seeds);
+    println!(
+        "expected of pass 1: expired {} drift {} orphans {}; deletes: kubernetes {}, dynamodb {}",
+        expected.expired, expected.drift, expected.orphans, expected.kube_deletes, expected.record_deletes
+    );
+    let work = format!("{},{},{}", expected.expired, expected.drift, expected.orphans);
+    spawn_pass("pass 1 (work to do)", &namespace_name, &table_name, &work)?;
+    spawn_pass("pass 2 (nothing to do)", &namespace_name, &table_name, "0,0,0")?;
+    Ok(())
+}
+
+/// Runs `--pass` in a child process and waits for it; its output goes straight to ours.
+fn spawn_pass(label: &str, namespace: &str, table: &str, expected_work: &str) -> Result<(), BenchError> {
+    let status = std::process::Command::new(std::env::current_exe()?)
+        .args([
+            "--pass",
+            label,
+            "--namespace",
+            namespace,
+            "--table",
+            table,
+            "--expect",
+            expected_work,
+        ])
+        .status()?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(BenchError::Timeout(format!("{label} failed: {status}")))
+    }
+}
+
+/// The child process: one pass over the seeded namespace and table, then its numbers.
+async fn pass_process(env: &TestEnv, label: &str) -> Result<(), BenchError> {
+    let (Some(namespace), Some(table)) = (arg("--namespace"), arg("--table")) else {
+        return Err(BenchError::Timeout("--pass needs --namespace and --table".into()));
+    };
     let counts = Counts::default();
     let kube = counted_kube(env, &counts).await?;
     let dynamodb = counted_dynamodb(&env.dynamodb, &counts);
-    // A short grace: every orphan seeded above is old enough by now.
-    let config = reconciler_config(&namespace_name, &table_name, &[("STACK_ORPHAN_GRACE", "1s")]);
+    // A short grace: every orphan seeded is old enough by now.
+    let config = reconciler_config(&namespace, &table, &[("STACK_ORPHAN_GRACE", "1s")]);
     let reconciler = Reconciler::new(stacks_over(config, kube, dynamodb));
-
-    let first = measured_pass(&reconciler, &counts, "pass 1 (work to do)").await?;
-    let expected = ExpectedWork::of(&seeds);
-    println!(
-        "  expected: expired {} drift {} orphans {}; deletes expected: kubernetes {}, dynamodb {}",
-        expected.expired, expected.drift, expected.orphans, expected.kube_deletes, expected.record_deletes
-    );
-    if (first.expired, first.drift, first.orphans) != (expected.expired, expected.drift, expected.orphans) {
-        println!("  WARNING: the pass did not do the expected work");
+    let summary = measured_pass(&reconciler, &counts, label).await?;
+    let done = format!("{},{},{}", summary.expired, summary.drift, summary.orphans);
+    if arg("--expect").is_some_and(|expected| expected != done) {
+        println!("  WARNING: the pass did not do the expected work (expired,drift,orphans = {done})");
     }
-    measured_pass(&reconciler, &counts, "pass 2 (nothing to do)").await?;
     Ok(())
 }
 
@@ -318,8 +383,6 @@ async fn count_running(pods: &Api<Pod>) -> Result<usize, kube::Error> {
 /// Runs one pass, printing its duration, calls by kind, peak RSS and summary.
 async fn measured_pass(reconciler: &Reconciler, counts: &Counts, label: &str) -> Result<Summary, BenchError> {
     let before = counts.snapshot();
-    let rss_before = proc_status_kib("VmRSS:");
-    let peak_reset = reset_peak_rss();
     let started = Instant::now();
     let summary = run_pass(reconciler, Instant::now() + PASS_BUDGET).await?;
     let elapsed = started.elapsed();
@@ -346,16 +409,7 @@ async fn measured_pass(reconciler: &Reconciler, counts: &Counts, label: &str) ->
         calls.kube_list + queries,
         calls.kube_list
     );
-    let peak = if peak_reset {
-        "during the pass"
-    } else {
-        "of the process"
-    };
-    println!(
-        "  peak RSS {peak}: {} (RSS before it: {})",
-        rss_text(),
-        mib_text(rss_before)
-    );
+    println!("  peak RSS of the pass process: {}", rss_text());
     println!("  summary: {}", serde_json::to_string(&summary).unwrap_or_default());
     Ok(summary)
 }
@@ -486,27 +540,15 @@ fn counted_dynamodb(client: &aws_sdk_dynamodb::Client, counts: &Counts) -> aws_s
     aws_sdk_dynamodb::Client::from_conf(config)
 }
 
-/// A `/proc/self/status` size field (`VmHWM:` is the peak resident set size), in KiB.
-fn proc_status_kib(field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with(field))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// Peak RSS of the process so far.
+/// Peak resident set size of this process so far (`VmHWM` in `/proc/self/status`).
 fn rss_text() -> String {
-    mib_text(proc_status_kib("VmHWM:"))
-}
-
-fn mib_text(kib: Option<u64>) -> String {
-    kib.map(|kib| format!("{:.1} MiB", kib as f64 / 1024.0))
+    let peak_kib = std::fs::read_to_string("/proc/self/status").ok().and_then(|status| {
+        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+        line.split_whitespace().nth(1)?.parse::<u64>().ok()
+    });
+    peak_kib
+        .map(|kib| format!("{:.1} MiB ({:.1} MB)", kib as f64 / 1024.0, kib as f64 * 1.024 / 1000.0))
         .unwrap_or_else(|| "unknown".to_owned())
-}
-
-/// Resets `VmHWM` to the current RSS (Linux: writing 5 to `clear_refs`), so that the next
-/// reading is the peak of what runs after this.
-fn reset_peak_rss() -> bool {
-    std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
 
 fn secs(d: Duration) -> f64 {
