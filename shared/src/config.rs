@@ -5,6 +5,10 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+/// The longest a create may wait for the scheduler: the rest of the create's work budget is
+/// for the calls around the wait.
+const MAX_CREATE_WAIT: Duration = crate::stacks::CREATE_WORK_BUDGET.saturating_sub(Duration::from_millis(500));
+
 /// Everything both functions read from the environment.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -127,6 +131,13 @@ impl Config {
         }
         if self.ttl > self.max_lifetime {
             problems.push("STACK_TTL: must not exceed STACK_MAX_LIFETIME".into());
+        }
+        if self.create_wait > MAX_CREATE_WAIT {
+            problems.push(format!(
+                "STACK_CREATE_WAIT: must be at most {} ms (a create answers within {} ms)",
+                MAX_CREATE_WAIT.as_millis(),
+                crate::stacks::CREATE_WORK_BUDGET.as_millis()
+            ));
         }
         if self.namespace.len() > 63 || !is_dns_label(&self.namespace) {
             problems.push("STACK_NAMESPACE: must be a DNS label".into());
@@ -335,9 +346,15 @@ mod tests {
             ("STACK_NODEPORT_MIN", "32000"),
             ("STACK_NODEPORT_MAX", "31000"),
             ("STACK_TTL", "9h"),
+            ("STACK_CREATE_WAIT", "3s"),
         ])
         .unwrap_err();
-        assert_eq!(err.problems.len(), 2, "{err}");
+        assert_eq!(err.problems.len(), 3, "{err}");
+        assert!(
+            err.to_string().contains("STACK_CREATE_WAIT: must be at most 2500 ms"),
+            "{err}"
+        );
+        assert!(config(&[("API_KEY", "k"), ("STACK_CREATE_WAIT", "2500ms")]).is_ok());
     }
 
     #[test]

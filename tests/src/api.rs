@@ -13,9 +13,10 @@ use serde_json::Value;
 use stack_api::AppState;
 use stack_core::config::Config;
 use stack_core::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, StackRecord};
-use stack_core::store::Store;
+use stack_core::store::{Manifest, Store};
 use tower::ServiceExt;
 
+use crate::black_hole::BlackHole;
 use crate::counting::{CallCounter, counting_dynamodb, counting_kube};
 use crate::env::{TestEnv, TestTable, unique_name};
 
@@ -48,6 +49,8 @@ pub struct ApiHarness {
     pub table: TestTable,
     pub kube_calls: CallCounter,
     pub dynamodb_calls: CallCounter,
+    /// The hanging apiserver the stack operations talk to, if the harness has one.
+    _black_hole: Option<BlackHole>,
 }
 
 /// A response as the client sees it.
@@ -68,6 +71,25 @@ impl ApiHarness {
     /// Like [`start`](Self::start), with extra environment variables for the config.
     pub async fn with_env(overrides: &[(&str, &str)]) -> Self {
         let env = TestEnv::connect().await.expect("local environment (run tests/env/up)");
+        let kube = kube_config(&env).await;
+        Self::build(env, kube, overrides, None).await
+    }
+
+    /// A harness whose stack operations reach an apiserver that accepts connections and never
+    /// answers; DynamoDB and the checks through [`TestEnv`] are the real local ones.
+    pub async fn with_unresponsive_cluster() -> Self {
+        let env = TestEnv::connect().await.expect("local environment (run tests/env/up)");
+        let black_hole = BlackHole::start().await;
+        let kube = kube::Config::new(black_hole.url().parse().expect("black hole url"));
+        Self::build(env, kube, &[], Some(black_hole)).await
+    }
+
+    async fn build(
+        env: TestEnv,
+        kube: kube::Config,
+        overrides: &[(&str, &str)],
+        black_hole: Option<BlackHole>,
+    ) -> Self {
         // The API creates the namespace itself on first use, as in production.
         let namespace = unique_name("api");
         let table = env.fresh_table("api").await.expect("fresh table");
@@ -83,7 +105,7 @@ impl ApiHarness {
         let config = Config::from_lookup(|name| vars.get(name).cloned()).expect("test config is valid");
         let kube_calls = CallCounter::default();
         let dynamodb_calls = CallCounter::default();
-        let kube = counting_kube(kube_config(&env).await, &kube_calls).expect("kube client");
+        let kube = counting_kube(kube, &kube_calls).expect("kube client");
         let dynamodb = counting_dynamodb(&env.dynamodb, &dynamodb_calls);
         let store = Store::new(dynamodb, table.name(), config.consistent_read);
         let state = AppState::with_clients(config, store, kube).expect("state");
@@ -95,6 +117,7 @@ impl ApiHarness {
             kube_calls,
             dynamodb_calls,
             env,
+            _black_hole: black_hole,
         }
     }
 
@@ -148,7 +171,12 @@ impl ApiHarness {
     }
 
     pub async fn records(&self) -> Vec<StackRecord> {
-        self.state.stacks.store().list_stacks().await.expect("list records")
+        self.state
+            .stacks
+            .store()
+            .list_stacks(Manifest::Include)
+            .await
+            .expect("list records")
     }
 
     /// Removes the harness's namespace (and so its pods and services) and table.
@@ -185,6 +213,14 @@ impl ApiHarness {
             0,
             "idempotency keys left"
         );
+        let manifests = self
+            .state
+            .stacks
+            .store()
+            .count_manifests()
+            .await
+            .expect("count manifests");
+        assert_eq!(manifests, 0, "manifests left");
     }
 }
 

@@ -1,6 +1,7 @@
 //! Integration tests, benchmarks and local-environment tooling of stack-provisioner.
 
 pub mod api;
+pub mod black_hole;
 pub mod counting;
 pub mod env;
 pub mod reconciler;

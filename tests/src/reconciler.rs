@@ -20,7 +20,7 @@ use stack_core::model::{
 };
 use stack_core::reconcile::{PassError, Reconciler, Summary, run_pass};
 use stack_core::stacks::Stacks;
-use stack_core::store::{Store, StoreError};
+use stack_core::store::{Manifest, Store, StoreError};
 
 use crate::api::{ApiHarness, kube_config};
 use crate::counting::{CallCounter, counting_dynamodb, counting_kube};
@@ -70,6 +70,15 @@ impl TestReconciler {
 
     pub async fn pass_until(&self, deadline: Instant) -> Result<Summary, PassError> {
         run_pass(&self.reconciler, deadline).await
+    }
+
+    /// The stack's record with its manifest; panics if there is none.
+    pub async fn record(&self, id: &StackId) -> StackRecord {
+        self.store()
+            .get_stack(id, Manifest::Include)
+            .await
+            .expect("read the record")
+            .unwrap_or_else(|| panic!("no record of {id}"))
     }
 
     pub fn store(&self) -> &Store {

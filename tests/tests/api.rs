@@ -2,20 +2,32 @@
 //! apiserver with scheduler, controllers and kwok nodes).
 
 use std::collections::HashSet;
+use std::time::{Duration, Instant, SystemTime};
 
 use axum::body::Body;
 use http::{Method, Request};
 use k8s_openapi::api::core::v1::{LimitRange, Pod, ResourceQuota};
 use kube::api::{DeleteParams, PostParams};
 use serde_json::{Value, json};
+use stack_core::model::StackId;
+use stack_core::stacks::CREATE_DEADLINE;
 use stack_tests::api::{API_KEY, ApiHarness, WEB_POD};
 use stack_tests::env::SimulatedNode;
+use stack_tests::reconciler::running_record;
 
 fn stack_id(reply: &stack_tests::api::Reply) -> String {
     reply.json["stack_id"]
         .as_str()
         .unwrap_or_else(|| panic!("no stack_id in {}", reply.json))
         .to_owned()
+}
+
+/// A 503 whose message starts with `reason`, telling the client when to retry.
+fn assert_unavailable(reply: &stack_tests::api::Reply, reason: &str) {
+    assert_eq!(reply.status, 503, "{}", reply.json);
+    let message = reply.json["error"].as_str().unwrap_or_default();
+    assert!(message.starts_with(reason), "{}", reply.json);
+    assert!(reply.headers.contains_key("retry-after"), "no Retry-After");
 }
 
 /// True when every field of `expected` is present with the same value in `actual`.
@@ -143,6 +155,8 @@ async fn v1_create_applies_the_hardened_pod_and_reads_back() {
     let got = api.call(Method::GET, &format!("/stacks/{id}"), None).await;
     assert_eq!(got.status, 200);
     assert_eq!(got.json["stack_id"], id.as_str());
+    // The manifest is stored apart from the record and comes back with it.
+    assert_eq!(got.json["pod_spec"], body["pod_spec"]);
     let status = api.call(Method::GET, &format!("/stacks/{id}/status"), None).await;
     assert_eq!(status.status, 200);
     assert_eq!(status.json["ttl"], got.json["ttl_expires_at"]);
@@ -153,6 +167,7 @@ async fn v1_create_applies_the_hardened_pod_and_reads_back() {
     let list = api.call(Method::GET, "/stacks", None).await;
     assert_eq!(list.status, 200);
     assert_eq!(list.json["stacks"].as_array().unwrap().len(), 1);
+    assert_eq!(list.json["stacks"][0]["pod_spec"], body["pod_spec"]);
     let stats = api.call(Method::GET, "/stats", None).await;
     assert_eq!(stats.status, 200);
     assert_eq!(stats.json["total_stacks"], 1);
@@ -287,13 +302,7 @@ async fn unschedulable_pod_is_503_with_retry_after_and_nothing_left() {
     let api = ApiHarness::start().await;
     let huge = WEB_POD.replace("cpu: 100m", "cpu: \"500\"");
     let refused = api.create(&huge, json!(80)).await;
-    assert_eq!(refused.status, 503, "{}", refused.json);
-    assert!(
-        refused.json["error"].as_str().unwrap().starts_with("cluster saturated"),
-        "{}",
-        refused.json
-    );
-    assert!(refused.headers.contains_key("retry-after"));
+    assert_unavailable(&refused, "cluster saturated");
     api.assert_nothing_left().await;
     api.finish().await;
 }
@@ -329,13 +338,7 @@ async fn resource_quota_exhausted_is_503_and_limit_range_violation_is_400() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         refused = api.create(WEB_POD, json!(80)).await;
     }
-    assert_eq!(refused.status, 503, "{}", refused.json);
-    assert!(
-        refused.json["error"].as_str().unwrap().starts_with("cluster saturated"),
-        "{}",
-        refused.json
-    );
-    assert!(refused.headers.contains_key("retry-after"));
+    assert_unavailable(&refused, "cluster saturated");
     assert_eq!(api.records().await.len(), 1);
     assert_eq!(api.managed_pods().await.len(), 1);
     assert_eq!(api.managed_services().await.len(), 1);
@@ -490,6 +493,7 @@ async fn repeated_idempotency_key_makes_one_stack() {
     assert_eq!(replay.status, 201);
     assert_eq!(stack_id(&replay), stack_id(&first));
     assert_eq!(replay.json["ports"], first.json["ports"]);
+    assert_eq!(replay.json["pod_spec"], first.json["pod_spec"]);
     let other_body = api
         .send(request("key-1", &WEB_POD.replace("challenge: web", "challenge: other")))
         .await;
@@ -629,5 +633,63 @@ async fn fifty_concurrent_creates_then_fifty_concurrent_deletes() {
         assert_eq!(reply.status, 200, "{}", reply.json);
     }
     api.assert_nothing_left().await;
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn create_against_a_hanging_apiserver_answers_503_in_time_and_leaves_nothing() {
+    let api = ApiHarness::with_unresponsive_cluster().await;
+    let request = Request::post("/stacks")
+        .header("x-api-key", API_KEY)
+        .header("idempotency-key", "hanging-1")
+        .body(Body::from(json!({"pod_spec": WEB_POD, "target_port": 80}).to_string()))
+        .unwrap();
+    let started = Instant::now();
+    let reply = api.send(request).await;
+    let took = started.elapsed();
+    assert_unavailable(&reply, "cluster busy");
+    // Clients give up after 5 s; the create's own deadline is what answered, not a socket timeout.
+    assert!(
+        took < CREATE_DEADLINE + Duration::from_millis(500),
+        "answered after {took:?}"
+    );
+    // Record, manifest and the Idempotency-Key claim are gone (the cluster never got anything).
+    api.assert_nothing_left().await;
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn a_read_answers_before_the_lambda_invocation_ends_even_if_the_apiserver_hangs() {
+    let api = ApiHarness::with_unresponsive_cluster().await;
+    let id = StackId::generate();
+    let ttl = jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1);
+    let record = running_record(&id, &api.namespace, "node-1", Some("203.0.113.1"), ttl);
+    api.state.stacks.store().put_new_stack(&record).await.unwrap();
+
+    let invocation_ends = SystemTime::now() + Duration::from_millis(1500);
+    let mut context = lambda_http::Context::default();
+    context.deadline = u64::try_from(
+        invocation_ends
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap();
+    let request = Request::get(format!("/stacks/{id}/status"))
+        .header("x-api-key", API_KEY)
+        .extension(context)
+        .body(Body::empty())
+        .unwrap();
+    let reply = api.send(request).await;
+    assert_eq!(
+        (reply.status, reply.json),
+        (503, json!({"error": "request timed out, retry"}))
+    );
+    assert!(
+        SystemTime::now() < invocation_ends,
+        "answered after the invocation ended"
+    );
+    // A timed-out read changes nothing.
+    assert_eq!(api.records().await, vec![record]);
     api.finish().await;
 }

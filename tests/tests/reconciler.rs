@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
-use kube::api::{DeleteParams, PostParams, PropagationPolicy};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 use stack_core::model::{BatchDeleteJob, JobStatus, MANAGED_BY_LABEL, StackId, StackStatus, new_job_id};
@@ -20,10 +20,12 @@ use stack_tests::reconciler::{
     wait_pod_running,
 };
 
-/// Pods, services and records of the harness's namespace and table, by name.
+/// Pods, services and records of the harness's namespace and table, by name, and how many
+/// manifests are stored (one per record).
 #[derive(Debug, Default, PartialEq, Eq)]
 struct State {
     records: BTreeSet<String>,
+    manifests: usize,
     pods: BTreeSet<String>,
     services: BTreeSet<String>,
 }
@@ -33,6 +35,13 @@ impl State {
         let name = |meta: &kube::api::ObjectMeta| meta.name.clone().unwrap_or_default();
         Self {
             records: api.records().await.iter().map(|r| r.stack_id.to_string()).collect(),
+            manifests: api
+                .state
+                .stacks
+                .store()
+                .count_manifests()
+                .await
+                .expect("count manifests"),
             pods: api.managed_pods().await.iter().map(|p| name(&p.metadata)).collect(),
             services: api.managed_services().await.iter().map(|s| name(&s.metadata)).collect(),
         }
@@ -42,6 +51,7 @@ impl State {
     fn stacks(ids: &[&StackId]) -> Self {
         Self {
             records: ids.iter().map(|id| id.to_string()).collect(),
+            manifests: ids.len(),
             pods: ids.iter().map(|id| id.pod_name()).collect(),
             services: ids.iter().map(|id| id.service_name()).collect(),
         }
@@ -64,7 +74,7 @@ async fn running_stack(api: &ApiHarness, reconciler: &TestReconciler) -> StackId
     wait_pod_running(&api.pods_api(), &id.pod_name()).await.unwrap();
     let settled = reconciler.pass().await;
     assert_eq!(settled.status_updates, 1, "{settled:?}");
-    let record = reconciler.store().get_stack(&id).await.unwrap().unwrap();
+    let record = reconciler.record(&id).await;
     assert_eq!(record.status, StackStatus::Running);
     id
 }
@@ -105,7 +115,7 @@ async fn stack_expires_after_a_short_ttl() {
     let api = ApiHarness::with_env(&[("STACK_TTL", "1s")]).await;
     let reconciler = TestReconciler::over(&api, &[]).await;
     let id = create_stack(&api).await;
-    let record = reconciler.store().get_stack(&id).await.unwrap().unwrap();
+    let record = reconciler.record(&id).await;
     // The TTL is the thing under test: wait for exactly that moment to pass.
     let left = Timestamp::now().duration_until(record.ttl_expires_at);
     if left.is_positive() {
@@ -123,7 +133,7 @@ async fn status_changes_are_written_back_once() {
     let api = ApiHarness::start().await;
     let reconciler = TestReconciler::over(&api, &[]).await;
     let id = create_stack(&api).await;
-    let before = reconciler.store().get_stack(&id).await.unwrap().unwrap();
+    let before = reconciler.record(&id).await;
     assert_eq!(before.status, StackStatus::Creating);
     let pod = wait_pod_running(&api.pods_api(), &id.pod_name()).await.unwrap();
     let node_name = pod.spec.and_then(|s| s.node_name).unwrap();
@@ -131,7 +141,7 @@ async fn status_changes_are_written_back_once() {
 
     let summary = reconciler.pass().await;
     assert_eq!(summary.status_updates, 1, "{summary:?}");
-    let after = reconciler.store().get_stack(&id).await.unwrap().unwrap();
+    let after = reconciler.record(&id).await;
     assert_eq!(after.status, StackStatus::Running);
     assert_eq!(after.node_id, node_name);
     assert_eq!(after.node_public_ip, stack_core::cluster::node_external_ip(&node));
@@ -143,7 +153,7 @@ async fn status_changes_are_written_back_once() {
     // In sync now: the next pass writes nothing.
     let again = reconciler.pass().await;
     assert_eq!(again, idle(&again));
-    let unchanged = reconciler.store().get_stack(&id).await.unwrap().unwrap();
+    let unchanged = reconciler.record(&id).await;
     assert_eq!(unchanged, after);
     assert_eq!(State::of(&api).await, State::stacks(&[&id]));
     api.finish().await;
@@ -154,16 +164,21 @@ async fn stack_whose_pod_was_deleted_behind_our_back_loses_service_and_record() 
     let api = ApiHarness::start().await;
     let reconciler = TestReconciler::over(&api, &[]).await;
     let (lost, kept) = (running_stack(&api, &reconciler).await, create_stack(&api).await);
-    // Orphan propagation keeps the garbage collector from taking the service with the pod:
+    // The service no longer names the pod as its owner, so the garbage collector leaves it
+    // (orphan propagation alone races the collector's view of a just-created service):
     // removing it is the reconciler's job here.
-    let orphaning = DeleteParams {
+    let disowned = json!({ "metadata": { "ownerReferences": null } });
+    api.services_api()
+        .patch(&lost.service_name(), &PatchParams::default(), &Patch::Merge(&disowned))
+        .await
+        .unwrap();
+    let now_gone = DeleteParams {
         grace_period_seconds: Some(0),
-        propagation_policy: Some(PropagationPolicy::Orphan),
         ..DeleteParams::default()
     };
-    api.pods_api().delete(&lost.pod_name(), &orphaning).await.unwrap();
+    api.pods_api().delete(&lost.pod_name(), &now_gone).await.unwrap();
     wait_gone(&api.pods_api(), &lost.pod_name()).await.unwrap();
-    assert!(api.managed_services().await.len() == 2, "the service outlived its pod");
+    assert_eq!(api.managed_services().await.len(), 2, "the service outlived its pod");
 
     let summary = reconciler.pass().await;
     assert_eq!(
@@ -207,7 +222,7 @@ async fn stack_whose_node_was_deleted_is_removed() {
         .external_ip("203.0.113.201");
     add_schedulable_node(&api.env, &node).await.unwrap();
     let id = running_stack(&api, &reconciler).await;
-    let record = reconciler.store().get_stack(&id).await.unwrap().unwrap();
+    let record = reconciler.record(&id).await;
     assert_eq!(
         (record.node_id.as_str(), record.node_public_ip.as_deref()),
         (node.name.as_str(), Some("203.0.113.201"))

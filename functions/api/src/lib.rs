@@ -1,6 +1,7 @@
 //! The stack API: routes of the HTTP contract over the shared stack core.
 
 pub mod auth;
+pub mod deadline;
 pub mod error;
 pub mod lambda;
 pub mod request_log;

@@ -10,7 +10,7 @@ use axum::routing::{get, post};
 use crate::error::ApiError;
 use crate::routes::{batch, health, stacks};
 use crate::state::AppState;
-use crate::{auth, request_log};
+use crate::{auth, deadline, request_log};
 
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -29,6 +29,7 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(|| async { ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed") })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn_with_state(state.clone(), auth::require_api_key))
+        .layer(middleware::from_fn(deadline::enforce))
         .layer(middleware::from_fn(json_errors))
         .layer(middleware::from_fn(request_log::log_request))
         .with_state(state)

@@ -3,7 +3,7 @@
 use super::plan::Snapshot;
 use super::views::{NodeView, PodView, ServiceView};
 use crate::cluster::{Cluster, ClusterError};
-use crate::store::{Store, StoreError};
+use crate::store::{Manifest, Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ObserveError {
@@ -18,7 +18,7 @@ pub enum ObserveError {
 /// any node a listed pod is bound to existed before the node list. A missing object is then
 /// really gone, not merely created after its list call.
 pub async fn observe(store: &Store, cluster: &Cluster) -> Result<Snapshot, ObserveError> {
-    let (records, jobs) = tokio::try_join!(store.list_stacks_without_manifest(), store.list_unfinished_jobs())?;
+    let (records, jobs) = tokio::try_join!(store.list_stacks(Manifest::Omit), store.list_unfinished_jobs())?;
     // Projected page by page: full pods of thousands of stacks would not fit a small Lambda.
     let (pods, services) = tokio::try_join!(
         cluster.list_stack_pods_as(|pod| PodView::of(&pod)),

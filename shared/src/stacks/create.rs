@@ -14,6 +14,11 @@
 //! once they are older than `STACK_ORPHAN_GRACE`. A claimed key without a record is taken over
 //! by the next request with the same key and body, and expires on its own. On an ordinary
 //! error the create removes what it made before answering, so nothing survives a failed request.
+//!
+//! Clients give up after 5 s and never retry, so a create has a deadline of its own: steps 1-5
+//! get [`CREATE_WORK_BUDGET`], and a create still running then is abandoned: its objects,
+//! record and key are removed within [`CREATE_CLEANUP_BUDGET`] and the answer is a 503. Every
+//! create answers within [`CREATE_DEADLINE`], however slow the cluster or DynamoDB.
 
 use std::time::{Duration, Instant};
 
@@ -22,11 +27,19 @@ use jiff::Timestamp;
 use super::{StackError, Stacks, signed};
 use crate::cluster::{Scheduling, node_external_ip};
 use crate::model::{StackId, StackRecord, StackStatus, TargetPort};
-use crate::store::{IdempotencyClaim, StoreError};
+use crate::store::{IdempotencyClaim, Manifest, StoreError};
 use crate::validate::{self, HardenedPod};
 
 /// A claim this old without a stack record belongs to a create that died.
 const ABANDONED_CLAIM_AGE: Duration = Duration::from_secs(30);
+
+/// How long a create may work before it is abandoned (the contract's 3 s answer).
+pub const CREATE_WORK_BUDGET: Duration = Duration::from_millis(3000);
+/// How long an abandoned create may spend removing what it made; the reconciler removes
+/// whatever is still left after that.
+pub const CREATE_CLEANUP_BUDGET: Duration = Duration::from_millis(1000);
+/// The longest a create takes to answer, success or not: within the clients' 5 s.
+pub const CREATE_DEADLINE: Duration = CREATE_WORK_BUDGET.saturating_add(CREATE_CLEANUP_BUDGET);
 
 pub struct CreateRequest {
     pub manifest: String,
@@ -49,19 +62,54 @@ impl Stacks {
         let id = StackId::generate();
         let hardened = validate::validate(&request.manifest, &request.target_ports, &id, &self.policy)
             .map_err(|rejection| StackError::Invalid(format!("invalid pod spec: {rejection}")))?;
-        if let Some(key) = &request.idempotency_key
-            && let Some(existing) = self.claim_key(key, &request.body_sha256, &id).await?
-        {
-            return Ok(CreateOutcome::Replayed(existing));
+        let work = async {
+            if let Some(key) = &request.idempotency_key
+                && let Some(existing) = self.claim_key(key, &request.body_sha256, &id).await?
+            {
+                return Ok(CreateOutcome::Replayed(existing));
+            }
+            let result = self.create_claimed(&id, hardened, &request, started).await;
+            if result.is_err() {
+                self.release_key(&id, request.idempotency_key.as_deref()).await;
+            }
+            result.map(CreateOutcome::Created)
+        };
+        let remaining = CREATE_WORK_BUDGET.saturating_sub(started.elapsed());
+        match tokio::time::timeout(remaining, work).await {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                self.abandon(&id, request.idempotency_key.as_deref()).await;
+                Err(StackError::Unavailable(format!(
+                    "cluster busy: create did not finish within {} ms, retry",
+                    CREATE_WORK_BUDGET.as_millis()
+                )))
+            }
         }
-        let result = self.create_claimed(&id, hardened, &request, started).await;
-        if result.is_err()
-            && let Some(key) = &request.idempotency_key
-            && let Err(err) = self.store.release_idempotency_key(key, &id).await
+    }
+
+    async fn release_key(&self, id: &StackId, idempotency_key: Option<&str>) {
+        if let Some(key) = idempotency_key
+            && let Err(err) = self.store.release_idempotency_key(key, id).await
         {
             tracing::warn!(stack_id = %id, error = %err, "could not release idempotency key");
         }
-        result.map(CreateOutcome::Created)
+    }
+
+    /// Undoes a create that ran out of time at whatever step it was: its objects, its record
+    /// (the write may have landed) and its key, within [`CREATE_CLEANUP_BUDGET`].
+    async fn abandon(&self, id: &StackId, idempotency_key: Option<&str>) {
+        tracing::warn!(stack_id = %id, "create ran out of time; removing what it made");
+        // Cluster and store apart, so that a hanging cluster does not keep the record.
+        let forget = async {
+            if let Err(err) = self.store.delete_stack_items(id, None).await {
+                tracing::warn!(stack_id = %id, error = %err, "could not remove the record of an abandoned create");
+            }
+            self.release_key(id, idempotency_key).await;
+        };
+        let undo = async { tokio::join!(self.discard(id), forget) };
+        if tokio::time::timeout(CREATE_CLEANUP_BUDGET, undo).await.is_err() {
+            tracing::warn!(stack_id = %id, "abandoned create not fully removed; the reconciler finishes it");
+        }
     }
 
     /// Claims `key` for `id`; returns the stack of an earlier identical request instead.
@@ -80,7 +128,7 @@ impl Stacks {
                     "Idempotency-Key was already used with a different request".into(),
                 ));
             }
-            if let Some(record) = self.store.get_stack(&existing.stack_id).await? {
+            if let Some(record) = self.store.get_stack(&existing.stack_id, Manifest::Include).await? {
                 return Ok(Some(record));
             }
             let age = now.duration_since(existing.claimed_at);

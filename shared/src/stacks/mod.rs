@@ -12,13 +12,13 @@ use jiff::{SignedDuration, Timestamp};
 
 pub use assess::{Assessment, GoneReason, StackObjects, assess};
 pub use batch::JobProgress;
-pub use create::{CreateOutcome, CreateRequest};
+pub use create::{CREATE_CLEANUP_BUDGET, CREATE_DEADLINE, CREATE_WORK_BUDGET, CreateOutcome, CreateRequest};
 pub use read::Stats;
 
 use crate::cluster::{self, Cluster, ClusterError, NamespacePolicy};
 use crate::config::{Config, ConfigError};
 use crate::model::{StackId, StackRecord};
-use crate::store::{Store, StoreError};
+use crate::store::{Manifest, Store, StoreError};
 use crate::validate::ValidationPolicy;
 
 /// Start-up failures.
@@ -165,7 +165,11 @@ impl Stacks {
     }
 
     pub async fn delete(&self, id: &StackId) -> Result<(), StackError> {
-        let record = self.store.get_stack(id).await?.ok_or(StackError::NotFound)?;
+        let record = self
+            .store
+            .get_stack(id, Manifest::Omit)
+            .await?
+            .ok_or(StackError::NotFound)?;
         self.remove(&record).await
     }
 }

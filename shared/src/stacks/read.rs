@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::{Assessment, StackError, StackObjects, Stacks, assess};
 use crate::model::{STACK_ID_LABEL, StackId, StackRecord};
-use crate::store::{ObservedState, StoreError};
+use crate::store::{Manifest, ObservedState, StoreError};
 
 /// How many gone stacks a list removes at once.
 const REMOVAL_CONCURRENCY: usize = 8;
@@ -44,9 +44,20 @@ impl Stats {
 }
 
 impl Stacks {
-    /// One stack, refreshed: 1 DynamoDB read (+1 write if changed), at most 3 cluster reads.
+    /// One stack with its manifest, refreshed: 2 DynamoDB reads in parallel (+1 write if
+    /// changed), at most 3 cluster reads.
     pub async fn get(&self, id: &StackId) -> Result<StackRecord, StackError> {
-        let record = self.store.get_stack(id).await?.ok_or(StackError::NotFound)?;
+        self.refresh(id, Manifest::Include).await
+    }
+
+    /// One stack without its manifest (`pod_spec` empty), refreshed: what a status poll needs,
+    /// for 1 DynamoDB read (+1 write if changed) and at most 3 cluster reads.
+    pub async fn status(&self, id: &StackId) -> Result<StackRecord, StackError> {
+        self.refresh(id, Manifest::Omit).await
+    }
+
+    async fn refresh(&self, id: &StackId, manifest: Manifest) -> Result<StackRecord, StackError> {
+        let record = self.store.get_stack(id, manifest).await?.ok_or(StackError::NotFound)?;
         let (pod, service) = tokio::try_join!(
             self.cluster.get_pod(&record.pod_id),
             self.cluster.get_service(&record.service_name)
@@ -66,10 +77,15 @@ impl Stacks {
             .ok_or(StackError::NotFound)
     }
 
-    /// Every stack, oldest first, refreshed with a constant number of cluster calls.
+    /// Every stack with its manifest, oldest first, refreshed with a constant number of
+    /// cluster calls.
     pub async fn list(&self) -> Result<Vec<StackRecord>, StackError> {
+        self.list_refreshed(Manifest::Include).await
+    }
+
+    async fn list_refreshed(&self, manifest: Manifest) -> Result<Vec<StackRecord>, StackError> {
         let (records, pods, services, nodes) = tokio::try_join!(
-            async { self.store.list_stacks().await.map_err(StackError::from) },
+            async { self.store.list_stacks(manifest).await.map_err(StackError::from) },
             async { self.cluster.list_stack_pods().await.map_err(StackError::from) },
             async { self.cluster.list_stack_services().await.map_err(StackError::from) },
             async { self.cluster.list_nodes().await.map_err(StackError::from) },
@@ -104,7 +120,7 @@ impl Stacks {
     }
 
     pub async fn stats(&self) -> Result<Stats, StackError> {
-        Ok(Stats::of(&self.list().await?))
+        Ok(Stats::of(&self.list_refreshed(Manifest::Omit).await?))
     }
 
     /// Brings the record in line with what the cluster shows: `None` if the stack is gone

@@ -2,7 +2,8 @@
 //!
 //! | pk      | sk          | item                                   | TTL (`expires_at`) |
 //! |---------|-------------|----------------------------------------|--------------------|
-//! | `STACK` | stack id    | [`StackRecord`](crate::model::StackRecord) | none: the reconciler ends stacks |
+//! | `STACK` | stack id    | [`StackRecord`](crate::model::StackRecord) without `pod_spec` | none: the reconciler ends stacks |
+//! | `MANIFEST` | stack id | the record's `pod_spec`, written and deleted with it | none |
 //! | `IDEM`  | key         | idempotency claim                      | stack lifetime     |
 //! | `JOB`   | job id      | [`BatchDeleteJob`](crate::model::BatchDeleteJob) | one day  |
 //! | `LEASE` | name        | reconciler lease                       | lease expiry       |
@@ -20,7 +21,7 @@ use aws_sdk_dynamodb::Client;
 
 pub use error::StoreError;
 pub use idempotency::IdempotencyClaim;
-pub use stacks::ObservedState;
+pub use stacks::{Manifest, ObservedState};
 
 /// Handle on the stack table; cheap to clone, built once per process.
 #[derive(Clone, Debug)]

@@ -1,34 +1,33 @@
-//! Stack records: pk=`STACK`, sk=stack id.
+//! Stack records: pk=`STACK`, sk=stack id; their manifests apart: pk=`MANIFEST`, sk=stack id.
+//!
+//! The manifest is most of a stack's size. Kept out of the record, a query over every stack
+//! (the reconciler's, every minute) reads a few pages whatever the challenges' manifests are.
+//! Record and manifest are written and deleted together, in one transaction.
 
-use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{Delete, TransactWriteItem};
+use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem};
 use jiff::Timestamp;
 
-use super::item::{PK, from_item, key, s, to_item};
+use super::item::{Item, PK, SK, from_item, key, s, to_item};
 use super::{Store, StoreError, idempotency};
 use crate::model::{StackId, StackRecord, StackStatus};
 
 const STACK_PK: &str = "STACK";
-/// Every attribute of a stack item except `pod_spec` (a unit test keeps it in step with
-/// [`StackRecord`]).
-const ATTRIBUTES_BUT_MANIFEST: [&str; 14] = [
-    "stack_id",
-    "pod_id",
-    "namespace",
-    "node_id",
-    "node_public_ip",
-    "ports",
-    "service_name",
-    "status",
-    "ttl_expires_at",
-    "created_at",
-    "updated_at",
-    "requested_cpu_milli",
-    "requested_memory_bytes",
-    "idempotency_key",
-];
+const MANIFEST_PK: &str = "MANIFEST";
+/// The record field that lives in the manifest item.
+const MANIFEST_ATTR: &str = "pod_spec";
+
+/// Whether a read fetches the stack's manifest (`pod_spec`) too: one more read, needed only
+/// where the manifest is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Manifest {
+    Include,
+    /// `pod_spec` is left empty.
+    Omit,
+}
 
 /// What the cluster showed about a stack; written back only when it differs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,78 +48,91 @@ impl ObservedState {
 }
 
 impl Store {
-    /// Writes a new record; fails with `ConditionFailed` if the id exists.
+    /// Writes a new record and its manifest; fails with `ConditionFailed` if the id exists.
     pub async fn put_new_stack(&self, record: &StackRecord) -> Result<(), StoreError> {
-        let item = to_item(STACK_PK, record.stack_id.as_str(), record, None)?;
-        self.client
-            .put_item()
+        let id = record.stack_id.as_str();
+        let mut item = to_item(STACK_PK, id, record, None)?;
+        let mut manifest = key(MANIFEST_PK, id);
+        if let Some(spec) = item.remove(MANIFEST_ATTR) {
+            manifest.insert(MANIFEST_ATTR.to_owned(), spec);
+        }
+        let put_record = Put::builder()
             .table_name(&self.table)
             .set_item(Some(item))
             .condition_expression("attribute_not_exists(#pk)")
             .expression_attribute_names("#pk", PK)
+            .build()
+            .map_err(|e| StoreError::Malformed(e.to_string()))?;
+        let put_manifest = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(manifest))
+            .build()
+            .map_err(|e| StoreError::Malformed(e.to_string()))?;
+        self.client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().put(put_record).build())
+            .transact_items(TransactWriteItem::builder().put(put_manifest).build())
             .send()
             .await
-            .map_err(|e| match e.as_service_error() {
-                Some(PutItemError::ConditionalCheckFailedException(_)) => StoreError::ConditionFailed,
-                _ => StoreError::backend("PutItem", e),
+            .map_err(|e| {
+                let refused = match e.as_service_error() {
+                    Some(TransactWriteItemsError::TransactionCanceledException(cancel)) => cancel
+                        .cancellation_reasons()
+                        .iter()
+                        .any(|r| r.code() == Some("ConditionalCheckFailed")),
+                    _ => false,
+                };
+                if refused {
+                    StoreError::ConditionFailed
+                } else {
+                    StoreError::backend("TransactWriteItems", e)
+                }
             })?;
         Ok(())
     }
 
-    pub async fn get_stack(&self, id: &StackId) -> Result<Option<StackRecord>, StoreError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(key(STACK_PK, id.as_str())))
-            .consistent_read(self.consistent_read)
-            .send()
-            .await
-            .map_err(|e| StoreError::backend("GetItem", e))?;
-        out.item.map(from_item).transpose()
-    }
-
-    /// Every stack record, oldest first (one paginated query).
-    pub async fn list_stacks(&self) -> Result<Vec<StackRecord>, StoreError> {
-        self.query_stacks(false).await
-    }
-
-    /// Like [`Self::list_stacks`] but with `pod_spec` left empty: the manifest is most of a
-    /// record's size, so the reconciler reads several times fewer pages and holds less.
-    pub async fn list_stacks_without_manifest(&self) -> Result<Vec<StackRecord>, StoreError> {
-        self.query_stacks(true).await
-    }
-
-    async fn query_stacks(&self, without_manifest: bool) -> Result<Vec<StackRecord>, StoreError> {
-        let mut records: Vec<StackRecord> = Vec::new();
-        let mut start = None;
-        loop {
-            let mut query = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("#pk = :pk")
-                .expression_attribute_names("#pk", PK)
-                .expression_attribute_values(":pk", s(STACK_PK))
-                .consistent_read(self.consistent_read)
-                .set_exclusive_start_key(start);
-            if without_manifest {
-                // Placeholders for every name: several (status, namespace, ...) are reserved words.
-                let mut projection = Vec::with_capacity(ATTRIBUTES_BUT_MANIFEST.len());
-                for (i, name) in ATTRIBUTES_BUT_MANIFEST.iter().enumerate() {
-                    let placeholder = format!("#a{i}");
-                    query = query.expression_attribute_names(&placeholder, *name);
-                    projection.push(placeholder);
-                }
-                query = query.projection_expression(projection.join(", "));
+    pub async fn get_stack(&self, id: &StackId, manifest: Manifest) -> Result<Option<StackRecord>, StoreError> {
+        let read_record = async {
+            let item = self.get_item(STACK_PK, id).await?;
+            item.map(from_item::<StackRecord>).transpose()
+        };
+        let read_manifest = async {
+            if manifest == Manifest::Omit {
+                return Ok(None);
             }
-            let out = query.send().await.map_err(|e| StoreError::backend("Query", e))?;
-            for item in out.items.unwrap_or_default() {
-                records.push(from_item(item)?);
+            Ok(self.get_item(MANIFEST_PK, id).await?.and_then(manifest_of))
+        };
+        let (record, spec) = tokio::try_join!(read_record, read_manifest)?;
+        Ok(record.map(|mut record| {
+            if let Some(spec) = spec {
+                record.pod_spec = spec;
             }
-            start = out.last_evaluated_key;
-            if start.is_none() {
-                break;
+            record
+        }))
+    }
+
+    /// Every stack record, oldest first (one paginated query; a second one for the manifests).
+    pub async fn list_stacks(&self, manifest: Manifest) -> Result<Vec<StackRecord>, StoreError> {
+        let read_manifests = async {
+            match manifest {
+                Manifest::Omit => Ok(HashMap::new()),
+                Manifest::Include => self
+                    .query_partition(MANIFEST_PK, |mut item| {
+                        let id = match item.remove(SK) {
+                            Some(AttributeValue::S(id)) => id,
+                            _ => return Err(StoreError::Malformed("manifest item without sk".into())),
+                        };
+                        Ok(manifest_of(item).map(|spec| (id, spec)))
+                    })
+                    .await
+                    .map(|pairs| pairs.into_iter().flatten().collect::<HashMap<String, String>>()),
+            }
+        };
+        let (mut records, mut specs) =
+            tokio::try_join!(self.query_partition(STACK_PK, from_item::<StackRecord>), read_manifests)?;
+        for record in &mut records {
+            if let Some(spec) = specs.remove(record.stack_id.as_str()) {
+                record.pod_spec = spec;
             }
         }
         records.sort_by(|a, b| {
@@ -129,6 +141,50 @@ impl Store {
                 .then_with(|| a.stack_id.cmp(&b.stack_id))
         });
         Ok(records)
+    }
+
+    async fn get_item(&self, pk: &str, id: &StackId) -> Result<Option<Item>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(key(pk, id.as_str())))
+            .consistent_read(self.consistent_read)
+            .send()
+            .await
+            .map_err(|e| StoreError::backend("GetItem", e))?;
+        Ok(out.item)
+    }
+
+    /// Every item of partition `pk`, through `parse` (a paginated query).
+    async fn query_partition<T>(
+        &self,
+        pk: &str,
+        mut parse: impl FnMut(Item) -> Result<T, StoreError>,
+    ) -> Result<Vec<T>, StoreError> {
+        let mut parsed = Vec::new();
+        let mut start = None;
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("#pk = :pk")
+                .expression_attribute_names("#pk", PK)
+                .expression_attribute_values(":pk", s(pk))
+                .consistent_read(self.consistent_read)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| StoreError::backend("Query", e))?;
+            for item in out.items.unwrap_or_default() {
+                parsed.push(parse(item)?);
+            }
+            start = out.last_evaluated_key;
+            if start.is_none() {
+                return Ok(parsed);
+            }
+        }
     }
 
     /// Writes back what the cluster showed; `ConditionFailed` if the record is gone.
@@ -198,39 +254,46 @@ impl Store {
         Ok(())
     }
 
-    /// Removes the record and its idempotency key together. Call only once the cluster
-    /// objects are confirmed gone. Deleting a missing record succeeds.
+    /// Removes the record with its manifest and idempotency key, together. Call only once the
+    /// cluster objects are confirmed gone. Deleting a missing record succeeds.
     pub async fn delete_stack(&self, record: &StackRecord) -> Result<(), StoreError> {
-        let Some(idem_key) = &record.idempotency_key else {
-            return self.delete_stack_by_id(&record.stack_id).await;
-        };
-        let delete = |k| {
-            Delete::builder()
+        self.delete_stack_items(&record.stack_id, record.idempotency_key.as_deref())
+            .await
+    }
+
+    /// Removes the record and manifest of `id`, and the idempotency key if given, together.
+    /// Deleting missing items succeeds.
+    pub async fn delete_stack_items(&self, id: &StackId, idempotency_key: Option<&str>) -> Result<(), StoreError> {
+        let id = id.as_str();
+        let mut keys = vec![key(STACK_PK, id), key(MANIFEST_PK, id)];
+        keys.extend(idempotency_key.map(idempotency::key_of));
+        let mut transaction = self.client.transact_write_items();
+        for k in keys {
+            let delete = Delete::builder()
                 .table_name(&self.table)
                 .set_key(Some(k))
                 .build()
-                .map(|d| TransactWriteItem::builder().delete(d).build())
-                .map_err(|e| StoreError::Malformed(e.to_string()))
-        };
-        self.client
-            .transact_write_items()
-            .transact_items(delete(key(STACK_PK, record.stack_id.as_str()))?)
-            .transact_items(delete(idempotency::key_of(idem_key))?)
+                .map_err(|e| StoreError::Malformed(e.to_string()))?;
+            transaction = transaction.transact_items(TransactWriteItem::builder().delete(delete).build());
+        }
+        transaction
             .send()
             .await
             .map_err(|e| StoreError::backend("TransactWriteItems", e))?;
         Ok(())
     }
 
-    pub async fn delete_stack_by_id(&self, id: &StackId) -> Result<(), StoreError> {
-        self.client
-            .delete_item()
-            .table_name(&self.table)
-            .set_key(Some(key(STACK_PK, id.as_str())))
-            .send()
-            .await
-            .map_err(|e: aws_sdk_dynamodb::error::SdkError<DeleteItemError, _>| StoreError::backend("DeleteItem", e))?;
-        Ok(())
+    /// How many manifests are stored (used by tests: one per record, none left over).
+    pub async fn count_manifests(&self) -> Result<usize, StoreError> {
+        Ok(self.query_partition(MANIFEST_PK, |_| Ok(())).await?.len())
+    }
+}
+
+/// The `pod_spec` of a manifest item.
+fn manifest_of(mut item: Item) -> Option<String> {
+    match item.remove(MANIFEST_ATTR) {
+        Some(AttributeValue::S(spec)) => Some(spec),
+        _ => None,
     }
 }
 
@@ -251,44 +314,7 @@ fn whole_second_after(now: Timestamp) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeSet;
-
     use super::*;
-    use crate::model::{PortMapping, Protocol};
-    use crate::store::item::SK;
-
-    #[test]
-    fn projection_names_every_attribute_but_the_manifest() {
-        let now = Timestamp::now();
-        let record = StackRecord {
-            stack_id: StackId::generate(),
-            pod_id: "pod".into(),
-            namespace: "ns".into(),
-            node_id: "node".into(),
-            node_public_ip: Some("203.0.113.1".into()),
-            pod_spec: "kind: Pod".into(),
-            ports: vec![PortMapping {
-                container_port: 80,
-                protocol: Protocol::Tcp,
-                node_port: 30000,
-            }],
-            service_name: "svc".into(),
-            status: StackStatus::Running,
-            ttl_expires_at: now,
-            created_at: now,
-            updated_at: now,
-            requested_cpu_milli: 100,
-            requested_memory_bytes: 1,
-            idempotency_key: Some("key".into()),
-        };
-        let item = to_item(STACK_PK, record.stack_id.as_str(), &record, None).unwrap();
-        let stored: BTreeSet<&str> = item
-            .keys()
-            .map(String::as_str)
-            .filter(|k| ![PK, SK, "pod_spec"].contains(k))
-            .collect();
-        assert_eq!(stored, BTreeSet::from(ATTRIBUTES_BUT_MANIFEST));
-    }
 
     #[test]
     fn renew_cutoff_orders_like_time_as_a_string() {

@@ -11,7 +11,10 @@
 //! Each pass runs in a child process (this binary again, `--pass`) that does nothing else, as
 //! in a Lambda, so that its peak RSS is the pass's own and not the seeding's.
 //!
-//! `cargo run --release -p stack-tests --bin bench-reconciler -- --stacks 1000`
+//! With `--idle` every seeded stack is healthy and only the pass with nothing to do runs, over
+//! exactly N stacks.
+//!
+//! `cargo run --release -p stack-tests --bin bench-reconciler -- --stacks 1000 [--idle]`
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -199,7 +202,8 @@ fn report_cleanup(what: &str, result: Result<(), EnvError>) {
 }
 
 async fn run(env: &TestEnv, stacks: usize, fixture: &mut Fixture) -> Result<(), BenchError> {
-    let seeds = mix(stacks);
+    let idle = std::env::args().any(|a| a == "--idle");
+    let seeds = if idle { vec![Seed::Healthy; stacks] } else { mix(stacks) };
     let pods_needed = seeds.iter().filter(|s| **s != Seed::Drift).count();
     let table = fixture.table.insert(env.fresh_table("bench").await?);
     let table_name = table.name().to_owned();
@@ -219,9 +223,10 @@ async fn run(env: &TestEnv, stacks: usize, fixture: &mut Fixture) -> Result<(), 
         targets.push((node.name, ip));
     }
 
+    let mix_text = if idle { "all healthy" } else { "10% expired, 2% drift" };
     println!(
-        "bench-reconciler: {stacks} stacks (10% expired, 2% drift) + {} orphans on {} nodes",
-        stacks / 100,
+        "bench-reconciler: {stacks} stacks ({mix_text}) + {} orphans on {} nodes",
+        seeds.iter().filter(|s| **s == Seed::Orphan).count(),
         targets.len()
     );
     let api_config = reconciler_config(&namespace_name, &table_name, &[("STACK_NODE_ROLE", &role)]);
@@ -256,6 +261,10 @@ async fn run(env: &TestEnv, stacks: usize, fixture: &mut Fixture) -> Result<(), 
     );
     println!("peak RSS while seeding: {}", rss_text());
 
+    if idle {
+        spawn_pass("pass (nothing to do)", &namespace_name, &table_name, "0,0,0")?;
+        return Ok(());
+    }
     let expected = ExpectedWork::of(&seeds);
     println!(
         "expected of pass 1: expired {} drift {} orphans {}; deletes: kubernetes {}, dynamodb {}",

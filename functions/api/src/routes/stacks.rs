@@ -57,7 +57,7 @@ pub async fn get(State(state): State<AppState>, Path(stack_id): Path<String>) ->
 }
 
 pub async fn status(State(state): State<AppState>, Path(stack_id): Path<String>) -> Result<Response, ApiError> {
-    let record = state.stacks.get(&parse_id(&stack_id)?).await?;
+    let record = state.stacks.status(&parse_id(&stack_id)?).await?;
     Ok(with_stack_id(Json(StatusView::from(&record)).into_response(), &record))
 }
 
