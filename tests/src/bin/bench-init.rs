@@ -92,6 +92,24 @@ struct Function {
     name: &'static str,
     binary: &'static str,
     event: &'static str,
+    /// A JSON pointer into the first invocation's response and the value it must have, so
+    /// that only a real answer counts (not an error that came back fast).
+    expect: (&'static str, Expected),
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Expected {
+    Number(u64),
+    Bool(bool),
+}
+
+impl Expected {
+    fn matches(self, value: Option<&serde_json::Value>) -> bool {
+        match self {
+            Expected::Number(n) => value.and_then(serde_json::Value::as_u64) == Some(n),
+            Expected::Bool(b) => value.and_then(serde_json::Value::as_bool) == Some(b),
+        }
+    }
 }
 
 const FUNCTIONS: [Function; 2] = [
@@ -99,11 +117,13 @@ const FUNCTIONS: [Function; 2] = [
         name: "api",
         binary: "stack-api",
         event: "healthz.json",
+        expect: ("/statusCode", Expected::Number(200)),
     },
     Function {
         name: "reconciler",
         binary: "stack-reconciler",
         event: "scheduled.json",
+        expect: ("/lease_held", Expected::Bool(true)),
     },
 ];
 
@@ -157,7 +177,7 @@ async fn main() -> ExitCode {
                 table: table.name(),
                 namespace: &namespace,
             };
-            match measure(&binary, &event, &child_env).await {
+            match measure(&binary, &event, function.expect, &child_env).await {
                 Ok(m) => {
                     println!(
                         "{} run {run}: init {:.1} ms, first invocation ({}) {:.1} ms",
@@ -202,7 +222,12 @@ struct ChildEnv<'a> {
 }
 
 /// Starts `binary` as Lambda would and times its init and first invocation.
-async fn measure(binary: &PathBuf, event: &str, env: &ChildEnv<'_>) -> Result<Run, String> {
+async fn measure(
+    binary: &PathBuf,
+    event: &str,
+    (pointer, expected): (&str, Expected),
+    env: &ChildEnv<'_>,
+) -> Result<Run, String> {
     let (seen_tx, mut seen) = mpsc::unbounded_channel();
     let api = Arc::new(RuntimeApi {
         event: Mutex::new(Some(event.to_owned())),
@@ -254,8 +279,12 @@ async fn measure(binary: &PathBuf, event: &str, env: &ChildEnv<'_>) -> Result<Ru
         };
         match seen.recv().await {
             Some((done, Seen::Response(body))) => {
-                if body.is_empty() {
-                    return Err("empty response".into());
+                let answer: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                if !expected.matches(answer.pointer(pointer)) {
+                    return Err(format!(
+                        "expected {pointer} = {expected:?}, got {}",
+                        String::from_utf8_lossy(&body)
+                    ));
                 }
                 Ok(Run {
                     init: ready - started,
