@@ -251,7 +251,8 @@ async fn old_orphans_are_deleted_young_ones_and_foreign_pods_kept() {
         .create(&create, &stack_pod(&orphan, &node))
         .await
         .unwrap();
-    api.services_api()
+    let orphan_service = api
+        .services_api()
         .create(&create, &stack_service(&orphan, Some(&orphan_pod)))
         .await
         .unwrap();
@@ -274,7 +275,8 @@ async fn old_orphans_are_deleted_young_ones_and_foreign_pods_kept() {
     assert_eq!(State::of(&api).await, with_orphan);
 
     // Older than the grace: leaked, deleted (pod and service, each an orphan of its own).
-    until_older_than(&orphan_pod.metadata, Duration::from_secs(1)).await;
+    // The service was made last, possibly a second after the pod.
+    until_older_than(&orphan_service.metadata, Duration::from_secs(1)).await;
     let eager = TestReconciler::over(&api, &[("STACK_ORPHAN_GRACE", "1s")]).await;
     let old = eager.pass().await;
     assert_eq!((old.orphans, old.drift, old.failures), (2, 0, 0), "{old:?}");
