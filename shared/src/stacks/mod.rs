@@ -12,7 +12,7 @@ use jiff::{SignedDuration, Timestamp};
 
 pub use assess::{Assessment, GoneReason, StackObjects, assess};
 pub use batch::JobProgress;
-pub use create::{CREATE_CLEANUP_BUDGET, CREATE_DEADLINE, CREATE_WORK_BUDGET, CreateOutcome, CreateRequest};
+pub use create::{CREATE_DEADLINE, CREATE_WORK_BUDGET, CreateOutcome, CreateRequest};
 pub use read::Stats;
 
 use crate::cluster::{self, Cluster, ClusterError, NamespacePolicy};
