@@ -8,6 +8,9 @@ use std::time::Duration;
 /// The longest a create may wait for the scheduler: the rest of the create's work budget is
 /// for the calls around the wait.
 const MAX_CREATE_WAIT: Duration = crate::stacks::CREATE_WORK_BUDGET.saturating_sub(Duration::from_millis(500));
+/// The longest a create may queue for a slot: at least a second of the work budget is left
+/// for the create itself.
+const MAX_CREATE_QUEUE_WAIT: Duration = crate::stacks::CREATE_WORK_BUDGET.saturating_sub(Duration::from_secs(1));
 
 /// Everything both functions read from the environment.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,6 +24,10 @@ pub struct Config {
     pub scheduling_timeout: Duration,
     /// How long a create waits for the scheduler before answering `creating`.
     pub create_wait: Duration,
+    /// Creates one process works on at once; more wait for a slot.
+    pub create_concurrency: usize,
+    /// How long a create waits for a slot before it is refused with 503.
+    pub create_queue_wait: Duration,
     pub require_ingress_network_policy: bool,
     pub deny_egress_cidrs: Vec<String>,
     pub max_cpu_milli: Option<i64>,
@@ -74,6 +81,8 @@ impl Config {
             node_role: env.string("STACK_NODE_ROLE").unwrap_or_else(|| "stack".into()),
             scheduling_timeout: env.parse("STACK_SCHEDULING_TIMEOUT", Duration::from_secs(20), parse_duration),
             create_wait: env.parse("STACK_CREATE_WAIT", Duration::from_millis(2000), parse_duration),
+            create_concurrency: env.parse("STACK_CREATE_CONCURRENCY", 32, parse_at_least_one),
+            create_queue_wait: env.parse("STACK_CREATE_QUEUE_WAIT", Duration::from_millis(1000), parse_duration),
             require_ingress_network_policy: env.parse("STACK_REQUIRE_INGRESS_NETWORK_POLICY", true, parse_bool),
             deny_egress_cidrs: env.parse("STACK_DENY_EGRESS_CIDRS", Vec::new(), parse_cidrs),
             max_cpu_milli: env.parse_opt("STACK_MAX_CPU_MILLI", parse_positive),
@@ -99,15 +108,7 @@ impl Config {
             }),
             orphan_grace: env.parse("STACK_ORPHAN_GRACE", Duration::from_secs(120), parse_duration),
             reap_terminated: env.parse("STACK_REAP_TERMINATED", false, parse_bool),
-            reconcile_concurrency: env.parse("RECONCILE_CONCURRENCY", 16, |v| {
-                parse_num::<usize>(v).and_then(|n| {
-                    if n == 0 {
-                        Err("must be at least 1".into())
-                    } else {
-                        Ok(n)
-                    }
-                })
-            }),
+            reconcile_concurrency: env.parse("RECONCILE_CONCURRENCY", 16, parse_at_least_one),
         };
         let mut problems = env.problems;
         problems.extend(config.cross_checks());
@@ -136,6 +137,13 @@ impl Config {
             problems.push(format!(
                 "STACK_CREATE_WAIT: must be at most {} ms (a create answers within {} ms)",
                 MAX_CREATE_WAIT.as_millis(),
+                crate::stacks::CREATE_WORK_BUDGET.as_millis()
+            ));
+        }
+        if self.create_queue_wait > MAX_CREATE_QUEUE_WAIT {
+            problems.push(format!(
+                "STACK_CREATE_QUEUE_WAIT: must be at most {} ms (a create answers within {} ms)",
+                MAX_CREATE_QUEUE_WAIT.as_millis(),
                 crate::stacks::CREATE_WORK_BUDGET.as_millis()
             ));
         }
@@ -199,6 +207,13 @@ fn parse_bool(v: &str) -> Result<bool, String> {
 
 fn parse_num<T: std::str::FromStr>(v: &str) -> Result<T, String> {
     v.parse().map_err(|_| "expected a whole number in range".to_string())
+}
+
+fn parse_at_least_one(v: &str) -> Result<usize, String> {
+    match parse_num::<usize>(v)? {
+        0 => Err("must be at least 1".into()),
+        n => Ok(n),
+    }
 }
 
 fn parse_positive(v: &str) -> Result<i64, String> {
@@ -355,6 +370,24 @@ mod tests {
             "{err}"
         );
         assert!(config(&[("API_KEY", "k"), ("STACK_CREATE_WAIT", "2500ms")]).is_ok());
+    }
+
+    #[test]
+    fn a_create_cannot_queue_past_its_budget() {
+        let err = config(&[("API_KEY", "k"), ("STACK_CREATE_QUEUE_WAIT", "2500ms")]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("STACK_CREATE_QUEUE_WAIT: must be at most 2000 ms"),
+            "{err}"
+        );
+        let err = config(&[("API_KEY", "k"), ("STACK_CREATE_CONCURRENCY", "0")]).unwrap_err();
+        assert!(
+            err.to_string().contains("STACK_CREATE_CONCURRENCY: must be at least 1"),
+            "{err}"
+        );
+        let ok = config(&[("API_KEY", "k"), ("STACK_CREATE_QUEUE_WAIT", "2s")]).unwrap();
+        assert_eq!(ok.create_queue_wait, Duration::from_secs(2));
+        assert_eq!(ok.create_concurrency, 32);
     }
 
     #[test]

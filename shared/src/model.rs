@@ -50,9 +50,7 @@ impl FromStr for StackId {
     type Err = InvalidStackId;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let hex = s.strip_prefix(Self::PREFIX).ok_or(InvalidStackId)?;
-        let valid = hex.len() == 16 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
-        if valid {
+        if s.strip_prefix(Self::PREFIX).is_some_and(is_hex16) {
             Ok(Self(s.to_owned()))
         } else {
             Err(InvalidStackId)
@@ -240,6 +238,16 @@ mod tests {
         assert_eq!(serde_json::to_string(&Protocol::Udp).unwrap(), "\"UDP\"");
         assert_eq!(Protocol::parse_any_case("tCp"), Some(Protocol::Tcp));
         assert_eq!(Protocol::parse_any_case("sctp"), None);
+        assert!(is_job_id(&new_job_id()));
+        for bad in [
+            "job-",
+            "job-0123456789ABCDEF",
+            "job-0123456789abcdef0",
+            "stack-0123456789abcdef",
+        ] {
+            assert!(!is_job_id(bad), "{bad}");
+        }
+        assert!(!is_job_id(&format!("job-{}", "a".repeat(1030))));
         for s in [
             StackStatus::Creating,
             StackStatus::Running,
@@ -254,7 +262,18 @@ mod tests {
 
 /// `job-` followed by 16 lowercase hex digits.
 pub fn new_job_id() -> String {
-    format!("job-{:016x}", rand::random::<u64>())
+    format!("{JOB_ID_PREFIX}{:016x}", rand::random::<u64>())
+}
+
+const JOB_ID_PREFIX: &str = "job-";
+
+/// Whether `s` has the form of [`new_job_id`]: anything else can name no job.
+pub fn is_job_id(s: &str) -> bool {
+    s.strip_prefix(JOB_ID_PREFIX).is_some_and(is_hex16)
+}
+
+fn is_hex16(s: &str) -> bool {
+    s.len() == 16 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

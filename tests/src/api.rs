@@ -80,7 +80,8 @@ impl ApiHarness {
     pub async fn with_unresponsive_cluster() -> Self {
         let env = TestEnv::connect().await.expect("local environment (run tests/env/up)");
         let black_hole = BlackHole::start().await;
-        let kube = kube::Config::new(black_hole.url().parse().expect("black hole url"));
+        let mut kube = kube::Config::new(black_hole.url().parse().expect("black hole url"));
+        stack_core::cluster::apply_client_limits(&mut kube);
         Self::build(env, kube, &[], Some(black_hole)).await
     }
 
@@ -224,12 +225,14 @@ impl ApiHarness {
     }
 }
 
-/// The admin kubeconfig of the environment as a client config.
+/// The admin kubeconfig of the environment as a client config, with the functions' limits.
 pub async fn kube_config(env: &TestEnv) -> kube::Config {
     let kubeconfig = kube::config::Kubeconfig::read_from(&env.settings.kubeconfig).expect("kubeconfig");
-    kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
         .await
-        .expect("kube config")
+        .expect("kube config");
+    stack_core::cluster::apply_client_limits(&mut config);
+    config
 }
 
 fn managed() -> ListParams {

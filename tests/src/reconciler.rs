@@ -235,10 +235,7 @@ pub async fn set_ttl(store: &Store, id: &StackId, ttl_expires_at: Timestamp) -> 
         .expression_attribute_values(":ttl", AttributeValue::S(ttl_expires_at.to_string()))
         .send()
         .await
-        .map_err(|e| StoreError::Backend {
-            operation: "UpdateItem",
-            message: aws_smithy_types::error::display::DisplayErrorContext(&e).to_string(),
-        })?;
+        .map_err(|e| StoreError::backend("UpdateItem", e))?;
     Ok(())
 }
 

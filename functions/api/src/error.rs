@@ -4,7 +4,7 @@ use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
-use stack_core::stacks::StackError;
+use stack_core::stacks::{ErrorClass, StackError};
 
 /// Seconds a client is asked to wait after a 503.
 const RETRY_AFTER_SECS: &str = "5";
@@ -34,26 +34,51 @@ impl ApiError {
     pub fn stack_not_found() -> Self {
         Self::new(StatusCode::NOT_FOUND, "stack not found")
     }
+
+    pub fn job_not_found() -> Self {
+        Self::new(StatusCode::NOT_FOUND, "job not found")
+    }
+}
+
+/// The HTTP status of each class of failure.
+pub fn status_of(class: ErrorClass) -> StatusCode {
+    match class {
+        ErrorClass::Invalid => StatusCode::BAD_REQUEST,
+        ErrorClass::NotFound => StatusCode::NOT_FOUND,
+        ErrorClass::Conflict => StatusCode::CONFLICT,
+        ErrorClass::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorClass::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+    }
 }
 
 impl From<StackError> for ApiError {
     fn from(err: StackError) -> Self {
-        let status = match &err {
-            StackError::Invalid(_) => StatusCode::BAD_REQUEST,
-            StackError::NotFound | StackError::JobNotFound => StatusCode::NOT_FOUND,
-            StackError::Conflict(_) => StatusCode::CONFLICT,
-            StackError::NoNodePort | StackError::Saturated(_) | StackError::Unavailable(_) => {
-                StatusCode::SERVICE_UNAVAILABLE
+        let status = status_of(err.class());
+        match (&err, status) {
+            (_, StatusCode::INTERNAL_SERVER_ERROR) => {
+                tracing::error!(error = %chain(&err), "request failed");
+                // Internal details stay in the log.
+                Self::new(status, "internal error")
             }
-            StackError::Store(_) | StackError::Cluster(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        };
-        if status.is_server_error() && status != StatusCode::SERVICE_UNAVAILABLE {
-            tracing::error!(error = %err, "request failed");
-            // Internal details stay in the log.
-            return Self::new(status, "internal error");
+            (StackError::Store(_) | StackError::Cluster(_), _) => {
+                tracing::warn!(error = %chain(&err), "dependency unavailable");
+                Self::new(status, format!("cluster busy: {err}, retry"))
+            }
+            _ => Self::new(status, err.to_string()),
         }
-        Self::new(status, err.to_string())
     }
+}
+
+/// An error with its causes, for the log: `a: b: c`.
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 impl IntoResponse for ApiError {
@@ -65,5 +90,49 @@ impl IntoResponse for ApiError {
                 .insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_class_has_the_status_clients_expect() {
+        let table = [
+            (StackError::Invalid("x".into()), 400),
+            (StackError::NotFound, 404),
+            (StackError::JobNotFound, 404),
+            (StackError::Conflict("x".into()), 409),
+            (StackError::NoNodePort, 503),
+            (StackError::Saturated("x".into()), 503),
+            (StackError::Unavailable("x".into()), 503),
+        ];
+        for (err, status) in table {
+            let shown = err.to_string();
+            let api = ApiError::from(err);
+            assert_eq!(api.status.as_u16(), status, "{shown}");
+            assert_eq!(api.message, shown);
+        }
+    }
+
+    #[test]
+    fn a_struggling_dependency_is_a_503_with_retry_after() {
+        let timed_out = kube::Error::Service(Box::new(std::io::Error::from(std::io::ErrorKind::TimedOut)));
+        let err = StackError::from(stack_core::cluster::ClusterError::Unavailable {
+            operation: "delete service",
+            source: timed_out,
+        });
+        let response = ApiError::from(err).into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[header::RETRY_AFTER], RETRY_AFTER_SECS);
+    }
+
+    #[test]
+    fn our_own_defects_are_500_without_details() {
+        let err = StackError::from(stack_core::cluster::ClusterError::Incomplete("created pod has no uid"));
+        let api = ApiError::from(err);
+        assert_eq!(api.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(api.message, "internal error");
     }
 }

@@ -10,19 +10,23 @@ use crate::eks::KubeTimeouts;
 
 /// Per-call limits: an API request must answer well before API Gateway's 29 s, a create
 /// before the clients' 5 s.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-const READ_TIMEOUT: Duration = Duration::from_secs(5);
+const TIMEOUTS: KubeTimeouts = KubeTimeouts {
+    connect: Duration::from_secs(2),
+    read: Duration::from_secs(5),
+    write: Duration::from_secs(5),
+};
+
+/// Sets the production limits on a client configuration (also used by the test harness, so
+/// tests talk to the apiserver exactly as the functions do).
+pub fn apply_client_limits(config: &mut kube::Config) {
+    TIMEOUTS.apply_to(config);
+}
 
 /// Builds the client: EKS token auth when `EKS_CLUSTER_NAME` is set, otherwise the kubeconfig
 /// (`K8S_KUBECONFIG`, else `KUBECONFIG`/`~/.kube/config`) and `K8S_CONTEXT`.
 pub async fn connect(config: &Config, aws: &aws_config::SdkConfig) -> Result<kube::Client, ClusterError> {
     if let Some(cluster) = &config.eks_cluster_name {
-        let timeouts = KubeTimeouts {
-            connect: CONNECT_TIMEOUT,
-            read: READ_TIMEOUT,
-            write: READ_TIMEOUT,
-        };
-        return crate::eks::eks_kube_client(aws, cluster, timeouts)
+        return crate::eks::eks_kube_client(aws, cluster, TIMEOUTS)
             .await
             .map_err(|e| ClusterError::Setup(e.to_string()));
     }
@@ -38,8 +42,6 @@ pub async fn connect(config: &Config, aws: &aws_config::SdkConfig) -> Result<kub
     let mut client_config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
         .await
         .map_err(|e| ClusterError::Setup(format!("loading kubeconfig: {e}")))?;
-    client_config.connect_timeout = Some(CONNECT_TIMEOUT);
-    client_config.read_timeout = Some(READ_TIMEOUT);
-    client_config.write_timeout = Some(READ_TIMEOUT);
+    apply_client_limits(&mut client_config);
     kube::Client::try_from(client_config).map_err(|e| ClusterError::Setup(e.to_string()))
 }

@@ -14,10 +14,25 @@ pub enum ClusterError {
     NodePortsExhausted,
     #[error("namespace {0} has no ingress NetworkPolicy")]
     MissingIngressPolicy(String),
-    #[error("kubernetes {operation} failed: {message}")]
-    Api { operation: &'static str, message: String },
-    #[error("watch failed: {0}")]
-    Watch(String),
+    /// The apiserver is unreachable, slow, throttling or failing: worth trying again later.
+    #[error("kubernetes {operation} unavailable")]
+    Unavailable {
+        operation: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    /// Any other apiserver answer: our defect or configuration (RBAC denied, a malformed object).
+    #[error("kubernetes {operation} failed")]
+    Api {
+        operation: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("watching the pod failed")]
+    Watch(#[source] kube::runtime::wait::Error),
+    /// An object the apiserver returned lacks what it always carries.
+    #[error("kubernetes returned an incomplete object: {0}")]
+    Incomplete(&'static str),
     #[error("kubernetes client setup failed: {0}")]
     Setup(String),
 }
@@ -25,28 +40,52 @@ pub enum ClusterError {
 impl ClusterError {
     /// Sorts an apiserver error into what the caller must tell its client.
     pub(crate) fn from_kube(operation: &'static str, err: kube::Error) -> Self {
-        match &err {
-            kube::Error::Api(status) => {
-                let message = status.message.clone();
-                let forbidden = status.code == 403;
-                if status.code == 404 {
-                    ClusterError::NotFound
-                } else if forbidden && message.contains("exceeded quota") {
-                    ClusterError::Saturated(message)
-                } else if forbidden && message.contains("is forbidden: User") {
-                    // RBAC denial: our configuration, not the caller's input.
-                    ClusterError::Api { operation, message }
-                } else if forbidden || status.code == 422 || status.code == 400 {
-                    ClusterError::Rejected(message)
-                } else {
-                    ClusterError::Api { operation, message }
-                }
-            }
-            _ => ClusterError::Api {
-                operation,
-                message: err.to_string(),
-            },
+        if is_transient(&err) {
+            return ClusterError::Unavailable { operation, source: err };
         }
+        let kube::Error::Api(status) = &err else {
+            return ClusterError::Api { operation, source: err };
+        };
+        let forbidden = status.code == 403;
+        if status.code == 404 {
+            ClusterError::NotFound
+        } else if forbidden && status.message.contains("exceeded quota") {
+            ClusterError::Saturated(status.message.clone())
+        } else if forbidden && status.message.contains("is forbidden: User") {
+            // RBAC denial: our configuration, not the caller's input.
+            ClusterError::Api { operation, source: err }
+        } else if forbidden || status.code == 422 || status.code == 400 {
+            ClusterError::Rejected(status.message.clone())
+        } else {
+            ClusterError::Api { operation, source: err }
+        }
+    }
+
+    /// A dependency problem that may pass: the client is told to retry (503).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ClusterError::Unavailable { .. } => true,
+            ClusterError::Watch(kube::runtime::wait::Error::ProbeFailed(err)) => watch_error_is_transient(err),
+            _ => false,
+        }
+    }
+}
+
+/// Connection failures, timeouts, throttling (429) and server errors (5xx) may pass.
+fn is_transient(err: &kube::Error) -> bool {
+    match err {
+        kube::Error::Api(status) => status.code == 429 || (500..=599).contains(&status.code),
+        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
+        _ => false,
+    }
+}
+
+fn watch_error_is_transient(err: &kube::runtime::watcher::Error) -> bool {
+    use kube::runtime::watcher::Error;
+    match err {
+        Error::InitialListFailed(e) | Error::WatchStartFailed(e) | Error::WatchFailed(e) => is_transient(e),
+        Error::WatchError(status) => status.code == 429 || status.code == 410 || (500..=599).contains(&status.code),
+        Error::NoResourceVersion => false,
     }
 }
 
@@ -118,9 +157,23 @@ mod tests {
             ClusterError::NotFound
         ));
         assert!(matches!(
-            ClusterError::from_kube("get pod", api_error(500, "boom")),
+            ClusterError::from_kube("get pod", api_error(409, "conflict")),
             ClusterError::Api { .. }
         ));
+    }
+
+    #[test]
+    fn a_struggling_apiserver_is_transient() {
+        for code in [429, 500, 503, 504] {
+            let err = ClusterError::from_kube("get pod", api_error(code, "busy"));
+            assert!(err.is_transient(), "{code}: {err:?}");
+        }
+        let timed_out = kube::Error::Service(Box::new(std::io::Error::from(std::io::ErrorKind::TimedOut)));
+        assert!(ClusterError::from_kube("delete service", timed_out).is_transient());
+        let rbac = "pods is forbidden: User \"x\" cannot create resource \"pods\"";
+        assert!(!ClusterError::from_kube("create pod", api_error(403, rbac)).is_transient());
+        let undecodable = kube::Error::SerdeError(serde_json::from_str::<u8>("x").unwrap_err());
+        assert!(!ClusterError::from_kube("get pod", undecodable).is_transient());
     }
 
     #[test]

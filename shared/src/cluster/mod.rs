@@ -17,7 +17,7 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Api, Client};
 
-pub use client::connect;
+pub use client::{apply_client_limits, connect};
 pub use error::ClusterError;
 pub use namespace::NamespacePolicy;
 pub use objects::stack_service;
@@ -149,7 +149,7 @@ impl Cluster {
         let decided = |pod: Option<&Pod>| pod.is_none_or(|p| !matches!(scheduling_of(p), Scheduling::Pending));
         match tokio::time::timeout(budget, await_condition(self.pods.clone(), name, decided)).await {
             Err(_elapsed) => Ok(Scheduling::Pending),
-            Ok(Err(err)) => Err(ClusterError::Watch(err.to_string())),
+            Ok(Err(err)) => Err(ClusterError::Watch(err)),
             Ok(Ok(None)) => Err(ClusterError::NotFound),
             Ok(Ok(Some(pod))) => Ok(scheduling_of(&pod)),
         }

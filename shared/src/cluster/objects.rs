@@ -18,7 +18,7 @@ pub fn stack_service(id: &StackId, namespace: &str, ports: &[PortMapping], pod: 
         .metadata
         .uid
         .clone()
-        .ok_or_else(|| ClusterError::Setup("created pod has no uid".into()))?;
+        .ok_or(ClusterError::Incomplete("created pod has no uid"))?;
     let labels = BTreeMap::from([
         (MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned()),
         (STACK_ID_LABEL.to_owned(), id.to_string()),

@@ -15,6 +15,21 @@ pub struct KubeTimeouts {
     pub write: Duration,
 }
 
+impl KubeTimeouts {
+    /// Sets these limits on `config`, the same for every way the client is built.
+    pub fn apply_to(&self, config: &mut kube::Config) {
+        config.connect_timeout = Some(self.connect);
+        config.read_timeout = Some(self.read);
+        config.write_timeout = Some(self.write);
+        // The read timeout counts from the request, not from when its pooled connection went
+        // idle: without this, a connection idle for longer than `read` fails its next call.
+        config.reset_reader_on_write = true;
+        // kube retries 429/503/504 for up to minutes (honouring Retry-After); our callers have
+        // deadlines of seconds and answer 503 themselves, and the reconciler retries next pass.
+        config.default_retry = false;
+    }
+}
+
 /// The apiserver endpoint and its CA bundle (base64 PEM, as EKS and kubeconfig carry it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterEndpoint {
@@ -74,9 +89,7 @@ pub async fn kube_config(endpoint: &ClusterEndpoint, timeouts: KubeTimeouts) -> 
     let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(|e| EksError::KubeClient(e.to_string()))?;
-    config.connect_timeout = Some(timeouts.connect);
-    config.read_timeout = Some(timeouts.read);
-    config.write_timeout = Some(timeouts.write);
+    timeouts.apply_to(&mut config);
     Ok(config)
 }
 
@@ -113,6 +126,11 @@ mod tests {
         assert_eq!(config.connect_timeout, Some(TIMEOUTS.connect));
         assert_eq!(config.read_timeout, Some(TIMEOUTS.read));
         assert_eq!(config.write_timeout, Some(TIMEOUTS.write));
+        assert!(
+            config.reset_reader_on_write,
+            "an idle pooled connection must not time out its next call"
+        );
+        assert!(!config.default_retry);
         assert!(config.auth_info.token.is_none() && config.auth_info.exec.is_none());
     }
 

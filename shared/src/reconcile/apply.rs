@@ -251,10 +251,7 @@ mod tests {
             self.in_flight.fetch_sub(1, Ordering::SeqCst);
             self.calls.lock().unwrap().push(what.clone());
             if self.failing.contains(&what) {
-                Err(ApplyError::Cluster(ClusterError::Api {
-                    operation: "delete",
-                    message: "boom".into(),
-                }))
+                Err(ApplyError::Cluster(ClusterError::Incomplete("boom")))
             } else if self.not_found.contains(&what) {
                 Err(ApplyError::Cluster(ClusterError::NotFound))
             } else {

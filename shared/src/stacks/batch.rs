@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 
 use super::{StackError, Stacks};
-use crate::model::{BatchDeleteJob, JobError, JobStatus, StackId, new_job_id};
+use crate::model::{BatchDeleteJob, JobError, JobStatus, StackId, is_job_id, new_job_id};
 use crate::store::StoreError;
 
 const CHUNK: usize = 16;
@@ -57,6 +57,9 @@ impl Stacks {
     }
 
     pub async fn get_job(&self, job_id: &str) -> Result<BatchDeleteJob, StackError> {
+        if !is_job_id(job_id) {
+            return Err(StackError::JobNotFound);
+        }
         self.store.get_job(job_id).await?.ok_or(StackError::JobNotFound)
     }
 

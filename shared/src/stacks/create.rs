@@ -3,7 +3,8 @@
 //! Order of writes, chosen so that a create dying at any step (error, timeout, the process
 //! killed) leaves only things the next reconcile pass finds and removes:
 //!
-//! 1. validate (pure) and claim the `Idempotency-Key` (if any) for a fresh stack id;
+//! 1. validate (pure), take a create slot (or answer 503 at once: see [`super::admission`])
+//!    and claim the `Idempotency-Key` (if any) for a fresh stack id;
 //! 2. create the pod, labelled `managed-by` + `stack-id`;
 //! 3. create the NodePort service, labelled the same and owned by the pod (the garbage
 //!    collector deletes it with the pod);
@@ -12,14 +13,16 @@
 //!
 //! Dying after 2 or 3 leaves labelled objects without a record: orphans the reconciler deletes
 //! once they are older than `STACK_ORPHAN_GRACE`. A claimed key without a record is taken over
-//! by the next request with the same key and body, and expires on its own. On an ordinary
-//! error the create removes what it made before answering, so nothing survives a failed request.
+//! by the next request with the same key and body, and expires on its own. On any error the
+//! create removes what it made before answering ([`Stacks::undo`], the one undo path), so
+//! nothing survives a failed request.
 //!
 //! Clients give up after 5 s and never retry, so a create has a deadline of its own: steps 1-5
 //! get [`CREATE_WORK_BUDGET`], and a create still running then is abandoned: its objects,
 //! record and key are removed within [`CREATE_CLEANUP_BUDGET`] and the answer is a 503. Every
 //! create answers within [`CREATE_DEADLINE`], however slow the cluster or DynamoDB.
 
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
@@ -56,59 +59,109 @@ pub enum CreateOutcome {
     Replayed(StackRecord),
 }
 
+/// How far a create got: what its undo must remove. Only ever grows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+enum Reached {
+    /// Nothing written yet.
+    Start,
+    /// The key claim was sent.
+    Claim,
+    /// A cluster write was sent: the pod (and maybe its service) may exist.
+    Cluster,
+    /// The record write was sent: it may have landed.
+    Record,
+}
+
+/// [`Reached`], readable after the create's future was dropped at its deadline.
+struct Progress(AtomicU8);
+
+impl Progress {
+    fn new() -> Self {
+        Self(AtomicU8::new(Reached::Start as u8))
+    }
+
+    fn reach(&self, step: Reached) {
+        self.0.fetch_max(step as u8, Ordering::Relaxed);
+    }
+
+    fn reached(&self) -> Reached {
+        match self.0.load(Ordering::Relaxed) {
+            0 => Reached::Start,
+            1 => Reached::Claim,
+            2 => Reached::Cluster,
+            _ => Reached::Record,
+        }
+    }
+}
+
 impl Stacks {
     pub async fn create(&self, request: CreateRequest) -> Result<CreateOutcome, StackError> {
         let started = Instant::now();
         let id = StackId::generate();
         let hardened = validate::validate(&request.manifest, &request.target_ports, &id, &self.policy)
             .map_err(|rejection| StackError::Invalid(format!("invalid pod spec: {rejection}")))?;
+        let _slot = self.admission.enter().await?;
+        let progress = Progress::new();
         let work = async {
-            if let Some(key) = &request.idempotency_key
-                && let Some(existing) = self.claim_key(key, &request.body_sha256, &id).await?
-            {
-                return Ok(CreateOutcome::Replayed(existing));
+            if let Some(key) = &request.idempotency_key {
+                progress.reach(Reached::Claim);
+                if let Some(existing) = self.claim_key(key, &request.body_sha256, &id).await? {
+                    return Ok(CreateOutcome::Replayed(existing));
+                }
             }
-            let result = self.create_claimed(&id, hardened, &request, started).await;
-            if result.is_err() {
-                self.release_key(&id, request.idempotency_key.as_deref()).await;
-            }
-            result.map(CreateOutcome::Created)
+            self.create_claimed(&id, hardened, &request, started, &progress)
+                .await
+                .map(CreateOutcome::Created)
         };
         let remaining = CREATE_WORK_BUDGET.saturating_sub(started.elapsed());
-        match tokio::time::timeout(remaining, work).await {
-            Ok(outcome) => outcome,
+        let result = match tokio::time::timeout(remaining, work).await {
+            Ok(result) => result,
             Err(_) => {
-                self.abandon(&id, request.idempotency_key.as_deref()).await;
+                tracing::warn!(stack_id = %id, "create ran out of time; removing what it made");
                 Err(StackError::Unavailable(format!(
                     "cluster busy: create did not finish within {} ms, retry",
                     CREATE_WORK_BUDGET.as_millis()
                 )))
             }
-        }
-    }
-
-    async fn release_key(&self, id: &StackId, idempotency_key: Option<&str>) {
-        if let Some(key) = idempotency_key
-            && let Err(err) = self.store.release_idempotency_key(key, id).await
-        {
-            tracing::warn!(stack_id = %id, error = %err, "could not release idempotency key");
-        }
-    }
-
-    /// Undoes a create that ran out of time at whatever step it was: its objects, its record
-    /// (the write may have landed) and its key, within [`CREATE_CLEANUP_BUDGET`].
-    async fn abandon(&self, id: &StackId, idempotency_key: Option<&str>) {
-        tracing::warn!(stack_id = %id, "create ran out of time; removing what it made");
-        // Cluster and store apart, so that a hanging cluster does not keep the record.
-        let forget = async {
-            if let Err(err) = self.store.delete_stack_items(id, None).await {
-                tracing::warn!(stack_id = %id, error = %err, "could not remove the record of an abandoned create");
-            }
-            self.release_key(id, idempotency_key).await;
         };
-        let undo = async { tokio::join!(self.discard(id), forget) };
-        if tokio::time::timeout(CREATE_CLEANUP_BUDGET, undo).await.is_err() {
-            tracing::warn!(stack_id = %id, "abandoned create not fully removed; the reconciler finishes it");
+        if result.is_err() {
+            self.undo(&id, request.idempotency_key.as_deref(), progress.reached())
+                .await;
+        }
+        result
+    }
+
+    /// The one undo path of a failed or abandoned create: whatever it may have made (objects,
+    /// record, key claim), removed in parallel within [`CREATE_CLEANUP_BUDGET`]; the reconciler
+    /// removes what is still left after that.
+    async fn undo(&self, id: &StackId, idempotency_key: Option<&str>, reached: Reached) {
+        let objects = async {
+            if reached >= Reached::Cluster
+                && let Err(err) = self.cluster.delete_stack_objects(id).await
+            {
+                tracing::warn!(stack_id = %id, error = %err, "could not remove objects of a failed create");
+            }
+        };
+        // Apart from the cluster, so that a hanging apiserver does not keep the record.
+        let items = async {
+            if reached >= Reached::Record
+                && let Err(err) = self.store.delete_stack_items(id, None).await
+            {
+                tracing::warn!(stack_id = %id, error = %err, "could not remove the record of a failed create");
+            }
+            if reached >= Reached::Claim
+                && let Some(key) = idempotency_key
+                && let Err(err) = self.store.release_idempotency_key(key, id).await
+            {
+                tracing::warn!(stack_id = %id, error = %err, "could not release idempotency key");
+            }
+        };
+        if tokio::time::timeout(CREATE_CLEANUP_BUDGET, async { tokio::join!(objects, items) })
+            .await
+            .is_err()
+        {
+            tracing::warn!(stack_id = %id, "failed create not fully removed; the reconciler finishes it");
         }
     }
 
@@ -123,6 +176,10 @@ impl Stacks {
         let expires_at = now.saturating_add(signed(self.config.max_lifetime)).unwrap_or(now);
         let mut held = self.store.claim_idempotency_key(key, &claim, expires_at).await?;
         while let Some(existing) = held {
+            // The SDK retried a claim whose first attempt had landed: it is ours.
+            if existing.stack_id == *id {
+                return Ok(None);
+            }
             if existing.body_sha256 != body_sha256 {
                 return Err(StackError::Conflict(
                     "Idempotency-Key was already used with a different request".into(),
@@ -150,56 +207,52 @@ impl Stacks {
         Ok(None)
     }
 
+    /// Steps 2-5 of the module header; the caller undoes whatever a failure left.
     async fn create_claimed(
         &self,
         id: &StackId,
         hardened: HardenedPod,
         request: &CreateRequest,
         started: Instant,
+        progress: &Progress,
     ) -> Result<StackRecord, StackError> {
         self.cluster.prepare_namespace().await?;
+        progress.reach(Reached::Cluster);
         let pod = self.cluster.create_pod(&hardened.pod).await?;
-        let built = self.build_record(id, &pod, hardened, request, started).await;
-        let record = match built {
-            Ok(record) => record,
-            Err(err) => {
-                self.discard(id).await;
-                return Err(err);
-            }
-        };
-        match self.store.put_new_stack(&record).await {
-            Ok(()) => Ok(record),
-            Err(err) => {
-                self.discard(id).await;
-                Err(match err {
-                    StoreError::ConditionFailed => StackError::Conflict("stack id collision, retry".into()),
-                    other => other.into(),
-                })
+        let ports = self.cluster.create_service(id, &request.target_ports, &pod).await?;
+        let (node_id, node_public_ip) = self.await_placement(id, started).await?;
+        let record = self.new_record(id, hardened, request, ports, node_id, node_public_ip);
+        progress.reach(Reached::Record);
+        self.put_record(&record).await?;
+        Ok(record)
+    }
+
+    /// Waits for the scheduler within what is left of `STACK_CREATE_WAIT`: the node and its
+    /// address, or nothing yet (the stack answers `creating`).
+    async fn await_placement(&self, id: &StackId, started: Instant) -> Result<(String, Option<String>), StackError> {
+        let budget = self.config.create_wait.saturating_sub(started.elapsed());
+        match self.cluster.wait_scheduled(&id.pod_name(), budget).await? {
+            Scheduling::Unschedulable(why) => Err(StackError::Saturated(why)),
+            Scheduling::Pending => Ok((String::new(), None)),
+            Scheduling::Scheduled(node_name) => {
+                let node = self.cluster.get_node(&node_name).await?;
+                let ip = node.as_ref().and_then(node_external_ip);
+                Ok((node_name, ip))
             }
         }
     }
 
-    async fn build_record(
+    fn new_record(
         &self,
         id: &StackId,
-        pod: &k8s_openapi::api::core::v1::Pod,
         hardened: HardenedPod,
         request: &CreateRequest,
-        started: Instant,
-    ) -> Result<StackRecord, StackError> {
-        let ports = self.cluster.create_service(id, &request.target_ports, pod).await?;
-        let budget = self.config.create_wait.saturating_sub(started.elapsed());
-        let (node_id, node_public_ip) = match self.cluster.wait_scheduled(&id.pod_name(), budget).await? {
-            Scheduling::Unschedulable(why) => return Err(StackError::Saturated(why)),
-            Scheduling::Pending => (String::new(), None),
-            Scheduling::Scheduled(node_name) => {
-                let node = self.cluster.get_node(&node_name).await?;
-                let ip = node.as_ref().and_then(node_external_ip);
-                (node_name, ip)
-            }
-        };
+        ports: Vec<crate::model::PortMapping>,
+        node_id: String,
+        node_public_ip: Option<String>,
+    ) -> StackRecord {
         let now = Timestamp::now();
-        Ok(StackRecord {
+        StackRecord {
             stack_id: id.clone(),
             pod_id: id.pod_name(),
             namespace: self.cluster.namespace().to_owned(),
@@ -215,13 +268,23 @@ impl Stacks {
             requested_cpu_milli: hardened.requested_cpu_milli,
             requested_memory_bytes: hardened.requested_memory_bytes,
             idempotency_key: request.idempotency_key.clone(),
-        })
+        }
     }
 
-    /// Best effort removal of a failed create's objects; the reconciler removes what remains.
-    async fn discard(&self, id: &StackId) {
-        if let Err(err) = self.cluster.delete_stack_objects(id).await {
-            tracing::warn!(stack_id = %id, error = %err, "could not remove objects of a failed create");
+    /// Writes the record, last. A condition failure can be the SDK's retry finding its own
+    /// first attempt: that record is ours, anything else is an id collision.
+    async fn put_record(&self, record: &StackRecord) -> Result<(), StackError> {
+        match self.store.put_new_stack(record).await {
+            Ok(()) => Ok(()),
+            Err(StoreError::ConditionFailed) => {
+                let stored = self.store.get_stack(&record.stack_id, Manifest::Omit).await?;
+                if stored.is_some_and(|s| s.created_at == record.created_at) {
+                    Ok(())
+                } else {
+                    Err(StackError::Conflict("stack id collision, retry".into()))
+                }
+            }
+            Err(err) => Err(err.into()),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The stack lifecycle: create, read (refreshed from the cluster), renew, delete and batch
 //! delete. Handlers map these to HTTP; the reconciler shares the removal path.
 
+mod admission;
 mod assess;
 mod batch;
 mod create;
@@ -30,31 +31,60 @@ pub enum SetupError {
     Cluster(#[from] ClusterError),
 }
 
-/// What a stack operation can fail with, sorted by what the client must be told.
+/// What a stack operation can fail with; [`StackError::class`] sorts them for the client.
 #[derive(Debug, thiserror::Error)]
 pub enum StackError {
-    /// The request is at fault (400).
+    /// The request is at fault.
     #[error("{0}")]
     Invalid(String),
     #[error("stack not found")]
     NotFound,
     #[error("job not found")]
     JobNotFound,
-    /// The request conflicts with the stack's state (409).
+    /// The request conflicts with the stack's state.
     #[error("{0}")]
     Conflict(String),
-    /// No capacity right now (503); the client may retry later.
     #[error("no available nodeport")]
     NoNodePort,
     #[error("cluster saturated: {0}")]
     Saturated(String),
+    /// Refused for now (load shed, deadline passed, guard rails missing): retry later.
     #[error("{0}")]
     Unavailable(String),
-    /// Our side failed (500).
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("{0}")]
+    #[error(transparent)]
     Cluster(ClusterError),
+}
+
+/// The only distinctions clients make (plus 409 for our extensions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// 400: the request can never succeed as sent.
+    Invalid,
+    /// 404: the stack or job is gone.
+    NotFound,
+    /// 409: conflicts with the current state (idempotency key, lifetime cap).
+    Conflict,
+    /// 503 with `Retry-After`: no capacity, or a dependency is slow, throttling or down.
+    Unavailable,
+    /// 500: our own defect or configuration.
+    Internal,
+}
+
+impl StackError {
+    /// The one table from failure to what the client is told.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            StackError::Invalid(_) => ErrorClass::Invalid,
+            StackError::NotFound | StackError::JobNotFound => ErrorClass::NotFound,
+            StackError::Conflict(_) => ErrorClass::Conflict,
+            StackError::NoNodePort | StackError::Saturated(_) | StackError::Unavailable(_) => ErrorClass::Unavailable,
+            StackError::Store(err) if err.is_transient() => ErrorClass::Unavailable,
+            StackError::Cluster(err) if err.is_transient() => ErrorClass::Unavailable,
+            StackError::Store(_) | StackError::Cluster(_) => ErrorClass::Internal,
+        }
+    }
 }
 
 impl From<ClusterError> for StackError {
@@ -78,15 +108,18 @@ pub struct Stacks {
     store: Store,
     cluster: Cluster,
     policy: ValidationPolicy,
+    admission: admission::Admission,
 }
 
 impl Stacks {
     pub fn new(config: Arc<Config>, store: Store, cluster: Cluster, policy: ValidationPolicy) -> Self {
+        let admission = admission::Admission::new(config.create_concurrency, config.create_queue_wait);
         Self {
             config,
             store,
             cluster,
             policy,
+            admission,
         }
     }
 

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! stack-env create-table <name>   # DynamoDB table from template.yaml's StackTable (no-op if present)
-//! stack-env bootstrap-nodes       # the default simulated nodes, waited until Ready
+//! stack-env bootstrap-nodes       # the default simulated nodes, waited until a stack pod schedules
 //! ```
 //! Reads the variables of `tests/env/.state/env.sh` (see `stack_tests::env::EnvSettings`).
 
@@ -57,5 +57,7 @@ async fn run_bootstrap_nodes() -> Result<(), EnvError> {
             node.name
         );
     }
+    nodes::wait_schedulable(&client, "stack").await?;
+    eprintln!("stack-env: a role=stack pod schedules");
     Ok(())
 }

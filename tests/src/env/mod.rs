@@ -18,6 +18,7 @@ mod cluster;
 mod dynamodb;
 mod error;
 pub mod nodes;
+pub mod processes;
 mod settings;
 pub mod template;
 mod wait;

@@ -269,3 +269,54 @@ mod tests {
         assert_eq!(roles, [Some("stack".to_owned()), Some("stack".to_owned()), None]);
     }
 }
+
+/// Waits until a pod selecting `role` nodes is actually placed: a Ready node can still carry
+/// the not-ready taint for a moment, and `up` must not return before stacks can be scheduled.
+pub async fn wait_schedulable(client: &Client, role: &str) -> Result<(), EnvError> {
+    use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+    let pods = Api::<Pod>::namespaced(client.clone(), "default");
+    let name = format!("schedulable-probe-{role}");
+    let probe = Pod {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "probe".into(),
+                image: Some("probe".into()),
+                ..Container::default()
+            }],
+            node_selector: Some(BTreeMap::from([(ROLE_LABEL.to_owned(), role.to_owned())])),
+            ..PodSpec::default()
+        }),
+        ..Pod::default()
+    };
+    match pods.create(&PostParams::default(), &probe).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(error) => return Err(EnvError::kube(format!("create pod {name}"))(error)),
+    }
+    let scheduled = |pod: Option<&Pod>| {
+        pod.and_then(|p| p.spec.as_ref())
+            .is_some_and(|spec| spec.node_name.is_some())
+    };
+    let placed = wait_for(
+        &pods,
+        &name,
+        &format!("a {role} pod to be scheduled"),
+        NODE_READY_TIMEOUT,
+        scheduled,
+    )
+    .await;
+    pods.delete(
+        &name,
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        },
+    )
+    .await
+    .map_err(EnvError::kube(format!("delete pod {name}")))?;
+    placed.map(|_| ())
+}

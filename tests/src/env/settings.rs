@@ -12,6 +12,7 @@ const REGION: &str = "AWS_REGION";
 const ACCESS_KEY_ID: &str = "AWS_ACCESS_KEY_ID";
 const SECRET_ACCESS_KEY: &str = "AWS_SECRET_ACCESS_KEY";
 const TABLE: &str = "DDB_STACK_TABLE";
+const STATE_DIR: &str = "STACK_ENV_STATE_DIR";
 
 /// Connection settings of the local environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +24,8 @@ pub struct EnvSettings {
     pub secret_access_key: String,
     /// The table `up` created for the API (tests make their own).
     pub table: String,
+    /// Where `up` keeps pid files and logs (to stop and continue a component in fault tests).
+    pub state_dir: Option<PathBuf>,
 }
 
 impl EnvSettings {
@@ -60,6 +63,7 @@ impl EnvSettings {
             table: lookup(TABLE)
                 .filter(|v| !v.trim().is_empty())
                 .unwrap_or_else(|| "stacks".to_owned()),
+            state_dir: lookup(STATE_DIR).filter(|v| !v.trim().is_empty()).map(PathBuf::from),
         })
     }
 }

@@ -1,0 +1,209 @@
+//! The API under the traffic real platforms send: idle gaps, bursts past the in-flight bound,
+//! and outages of the apiserver or DynamoDB (their processes stopped with SIGSTOP). Clients
+//! tell apart only 400, 404 and 503, so every answer here must be 2xx, 4xx or a 503 with
+//! `Retry-After`, never a 500.
+//!
+//! Tests that stop a process of the shared environment take [`OUTAGE`] so that no other test
+//! of this binary runs meanwhile (cargo runs test binaries one after another).
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use axum::body::Body;
+use http::{Method, Request};
+use serde_json::json;
+use stack_core::model::StackId;
+use stack_tests::api::{API_KEY, ApiHarness, Reply, WEB_POD};
+use stack_tests::env::processes::Component;
+use tokio::sync::Mutex;
+
+static OUTAGE: Mutex<()> = Mutex::const_new(());
+
+fn create_request(key: Option<&str>) -> Request<Body> {
+    let mut builder = Request::post("/stacks").header("x-api-key", API_KEY);
+    if let Some(key) = key {
+        builder = builder.header("idempotency-key", key);
+    }
+    builder
+        .body(Body::from(
+            json!({"pod_spec": WEB_POD, "target_port": [{"container_port": 80}]}).to_string(),
+        ))
+        .expect("request")
+}
+
+fn stack_id(reply: &Reply) -> String {
+    reply.json["stack_id"].as_str().expect("stack_id").to_owned()
+}
+
+/// Only what clients can act on: success, or a 503 that tells them when to retry.
+fn assert_created_or_retry_later(reply: &Reply) {
+    match reply.status {
+        201 => {}
+        503 => assert!(reply.headers.contains_key("retry-after"), "503 without Retry-After"),
+        other => panic!("create answered {other}: {}", reply.json),
+    }
+}
+
+/// After a burst, what the API acknowledged is exactly what exists: one pod, one service and
+/// one record per 201, nothing else (before any reconcile pass).
+async fn assert_only_acknowledged_stacks_exist(api: &ApiHarness, acknowledged: &HashSet<String>) {
+    let pods: HashSet<String> = api
+        .managed_pods()
+        .await
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    let expected_pods: HashSet<String> = acknowledged
+        .iter()
+        .map(|id| id.parse::<StackId>().expect("stack id").pod_name())
+        .collect();
+    assert_eq!(pods, expected_pods, "pods other than the acknowledged stacks");
+    let services = api.managed_services().await.len();
+    assert_eq!(
+        services,
+        acknowledged.len(),
+        "services other than the acknowledged stacks"
+    );
+    let records: HashSet<String> = api
+        .records()
+        .await
+        .into_iter()
+        .map(|r| r.stack_id.to_string())
+        .collect();
+    assert_eq!(&records, acknowledged, "records other than the acknowledged stacks");
+}
+
+#[tokio::test]
+async fn idle_gaps_near_the_read_timeout_answer_no_error() {
+    let _serial = OUTAGE.lock().await;
+    let api = ApiHarness::start().await;
+    let created = futures::future::join_all((0..8).map(|_| api.send(create_request(None)))).await;
+    for reply in &created {
+        assert_eq!(reply.status, 201, "{}", reply.json);
+    }
+    // Gaps just under the Kubernetes client's 5 s read timeout: a pooled connection idle that
+    // long must still carry the next call (the timeout counts from the request, not the gap).
+    let api_ref = &api;
+    for gap_ms in [4900, 4950, 4975, 4990] {
+        tokio::time::sleep(Duration::from_millis(gap_ms)).await;
+        let reads = created.iter().map(|r| async move {
+            api_ref
+                .call(Method::GET, &format!("/stacks/{}/status", stack_id(r)), None)
+                .await
+        });
+        for reply in futures::future::join_all(reads).await {
+            assert_eq!(reply.status, 200, "after {gap_ms} ms idle: {}", reply.json);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(4600)).await;
+    let deletes = created.iter().map(|r| async move {
+        api_ref
+            .call(Method::DELETE, &format!("/stacks/{}", stack_id(r)), None)
+            .await
+    });
+    for reply in futures::future::join_all(deletes).await {
+        assert_eq!(reply.status, 200, "after an idle gap: {}", reply.json);
+    }
+    api.assert_nothing_left().await;
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn a_burst_past_the_in_flight_bound_is_shed_before_anything_is_made() {
+    let _serial = OUTAGE.lock().await;
+    let api = ApiHarness::with_env(&[("STACK_CREATE_CONCURRENCY", "4"), ("STACK_CREATE_QUEUE_WAIT", "50ms")]).await;
+    let burst = (0..40).map(|i| api.send(create_request(Some(&format!("burst-{i}")))));
+    let replies = futures::future::join_all(burst).await;
+    let mut acknowledged = HashSet::new();
+    let mut shed = 0;
+    for reply in &replies {
+        assert_created_or_retry_later(reply);
+        if reply.status == 201 {
+            acknowledged.insert(stack_id(reply));
+        } else if reply.json["error"]
+            .as_str()
+            .is_some_and(|m| m.contains("too many creates in flight"))
+        {
+            shed += 1;
+        }
+    }
+    assert!(shed > 0, "40 creates at once through 4 slots: some must be shed");
+    assert!(!acknowledged.is_empty(), "the admitted creates succeed");
+    assert_only_acknowledged_stacks_exist(&api, &acknowledged).await;
+    // A shed create released nothing it had not claimed: its key is free for the retry.
+    let keys = api
+        .state
+        .stacks
+        .store()
+        .count_idempotency_keys()
+        .await
+        .expect("count keys");
+    assert_eq!(keys, acknowledged.len(), "one key per acknowledged create");
+    api.finish().await;
+}
+
+/// Creates paced over a 6 s stop of `component`: only 201 or 503 (with Retry-After), and
+/// with fresh keys never 409.
+async fn creates_across_an_outage_of(component: &str) {
+    let _serial = OUTAGE.lock().await;
+    let api = ApiHarness::start().await;
+    let process = Component::find(&api.env.settings, component).expect("component pid");
+    let paused = process.pause().expect("SIGSTOP");
+    let api_ref = &api;
+    let paced = (0..9).map(|i| async move {
+        tokio::time::sleep(Duration::from_millis(700 * i)).await;
+        api_ref
+            .send(create_request(Some(&format!("{component}-outage-{i}"))))
+            .await
+    });
+    let resume = async {
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        paused.resume().expect("SIGCONT");
+    };
+    let (replies, ()) = tokio::join!(futures::future::join_all(paced), resume);
+    for reply in &replies {
+        assert_created_or_retry_later(reply);
+    }
+    // A status read of a stack made before or after the outage answers as usual.
+    let after = api.send(create_request(Some(&format!("{component}-after")))).await;
+    assert_eq!(after.status, 201, "{}", after.json);
+    let status = api
+        .call(Method::GET, &format!("/stacks/{}/status", stack_id(&after)), None)
+        .await;
+    assert_eq!(status.status, 200, "{}", status.json);
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn creates_across_an_apiserver_outage_answer_201_or_503() {
+    creates_across_an_outage_of("kube-apiserver").await;
+}
+
+#[tokio::test]
+async fn creates_across_a_dynamodb_outage_answer_201_or_503() {
+    creates_across_an_outage_of("dynamodb").await;
+}
+
+#[tokio::test]
+async fn reads_and_deletes_during_an_apiserver_outage_answer_503_and_keep_the_stack() {
+    let _serial = OUTAGE.lock().await;
+    let api = ApiHarness::start().await;
+    let created = api.send(create_request(None)).await;
+    assert_eq!(created.status, 201, "{}", created.json);
+    let id = stack_id(&created);
+    let process = Component::find(&api.env.settings, "kube-apiserver").expect("apiserver pid");
+    let paused = process.pause().expect("SIGSTOP");
+    let status = api.call(Method::GET, &format!("/stacks/{id}/status"), None).await;
+    let delete = api.call(Method::DELETE, &format!("/stacks/{id}"), None).await;
+    paused.resume().expect("SIGCONT");
+    for reply in [&status, &delete] {
+        assert_eq!(reply.status, 503, "{}", reply.json);
+        assert!(reply.headers.contains_key("retry-after"));
+    }
+    // The failed delete kept the record, so the stack can still be deleted (or reconciled).
+    let again = api.call(Method::DELETE, &format!("/stacks/{id}"), None).await;
+    assert_eq!(again.status, 200, "{}", again.json);
+    api.assert_nothing_left().await;
+    api.finish().await;
+}
