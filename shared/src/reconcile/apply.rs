@@ -54,6 +54,8 @@ pub trait Effects: Sync {
         observed: &ObservedState,
         now: Timestamp,
     ) -> impl Future<Output = Result<RecordWrite, ApplyError>> + Send;
+    /// Frees an Idempotency-Key if it still belongs to `stack_id`.
+    fn release_claim(&self, key: &str, stack_id: &StackId) -> impl Future<Output = Result<(), ApplyError>> + Send;
     fn advance_job(
         &self,
         job: BatchDeleteJob,
@@ -107,6 +109,7 @@ impl Kind {
             Action::DeleteOrphan { .. } => Kind::Orphan,
             Action::UpdateStatus { .. } => Kind::StatusUpdate,
             Action::ResumeJob(_) => Kind::Job,
+            Action::ReleaseClaim { .. } => Kind::Orphan,
         }
     }
 }
@@ -170,6 +173,13 @@ async fn run<E: Effects>(effects: &E, action: Action, stop_at: Instant, now: Tim
             Ok(RecordWrite::Written) => Outcome::Done,
             Ok(RecordWrite::Gone) => Outcome::Moot,
             Err(err) => failed(&err, "update status", stack_id.as_str()),
+        },
+        Action::ReleaseClaim { key, stack_id } => match effects.release_claim(&key, &stack_id).await {
+            Ok(()) => {
+                tracing::info!(stack_id = %stack_id, "idempotency key of a dead create released");
+                Outcome::Done
+            }
+            Err(err) => failed(&err, "release idempotency key", stack_id.as_str()),
         },
         Action::ResumeJob(job) => {
             let job_id = job.job_id.clone();
@@ -283,6 +293,9 @@ mod tests {
             } else {
                 RecordWrite::Written
             })
+        }
+        async fn release_claim(&self, key: &str, _: &StackId) -> Result<(), ApplyError> {
+            self.call(format!("claim/{key}")).await
         }
         async fn advance_job(&self, job: BatchDeleteJob, _: Duration) -> Result<JobRun, ApplyError> {
             self.call(format!("job/{}", job.job_id)).await?;

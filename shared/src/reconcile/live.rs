@@ -47,6 +47,10 @@ impl Effects for LiveEffects<'_> {
         }
     }
 
+    async fn release_claim(&self, key: &str, stack_id: &StackId) -> Result<(), ApplyError> {
+        Ok(self.stacks.store().release_idempotency_key(key, stack_id).await?)
+    }
+
     async fn advance_job(&self, job: BatchDeleteJob, budget: Duration) -> Result<JobRun, ApplyError> {
         match self.stacks.advance_job(job, budget).await {
             Ok(JobProgress::Finished) => Ok(JobRun::Finished),

@@ -18,7 +18,11 @@ pub enum ObserveError {
 /// any node a listed pod is bound to existed before the node list. A missing object is then
 /// really gone, not merely created after its list call.
 pub async fn observe(store: &Store, cluster: &Cluster) -> Result<Snapshot, ObserveError> {
-    let (records, jobs) = tokio::try_join!(store.list_stacks(Manifest::Omit), store.list_unfinished_jobs())?;
+    let (records, jobs, claims) = tokio::try_join!(
+        store.list_stacks(Manifest::Omit),
+        store.list_unfinished_jobs(),
+        store.list_idempotency_claims()
+    )?;
     // Projected page by page: full pods of thousands of stacks would not fit a small Lambda.
     let (pods, services) = tokio::try_join!(
         cluster.list_stack_pods_as(|pod| PodView::of(&pod)),
@@ -31,5 +35,6 @@ pub async fn observe(store: &Store, cluster: &Cluster) -> Result<Snapshot, Obser
         services,
         nodes: nodes.iter().filter_map(NodeView::of).collect(),
         jobs,
+        claims,
     })
 }

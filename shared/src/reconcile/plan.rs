@@ -8,7 +8,7 @@ use jiff::{SignedDuration, Timestamp};
 use super::views::{NodeView, ObjectView, PodView, ServiceView};
 use crate::cluster::Scheduling;
 use crate::model::{BatchDeleteJob, StackId, StackRecord, StackStatus};
-use crate::store::ObservedState;
+use crate::store::{IdempotencyClaim, ObservedState};
 
 /// The settings the plan depends on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +35,8 @@ pub struct Snapshot {
     pub services: Vec<ServiceView>,
     pub nodes: Vec<NodeView>,
     pub jobs: Vec<BatchDeleteJob>,
+    /// Idempotency-Key claims, by key.
+    pub claims: Vec<(String, IdempotencyClaim)>,
 }
 
 /// Why a stack is ended.
@@ -85,6 +87,12 @@ pub enum Action {
     },
     /// A batch-delete job nobody is advancing.
     ResumeJob(BatchDeleteJob),
+    /// An Idempotency-Key claim whose create died before writing its record, older than the
+    /// orphan grace: freed so that nothing of a dead create outlives the next pass.
+    ReleaseClaim {
+        key: String,
+        stack_id: StackId,
+    },
 }
 
 /// What one pass should do, most urgent first: removals free capacity, status updates only
@@ -196,6 +204,15 @@ pub fn plan(snapshot: Snapshot, now: Timestamp, config: &PlanConfig) -> Plan {
             kind: ObjectKind::Pod,
             name: pod.object.name.clone(),
         });
+    }
+    let recorded: HashSet<&StackId> = snapshot.records.iter().map(|r| &r.stack_id).collect();
+    for (key, claim) in &snapshot.claims {
+        if !recorded.contains(&claim.stack_id) && older_than(Some(claim.claimed_at), now, config.orphan_grace) {
+            result.actions.push(Action::ReleaseClaim {
+                key: key.clone(),
+                stack_id: claim.stack_id.clone(),
+            });
+        }
     }
     for job in &snapshot.jobs {
         if !job.status.is_finished() && older_than(Some(job.updated_at), now, config.job_idle) {
@@ -384,6 +401,7 @@ mod tests {
             services: vec![service(1)],
             nodes: vec![node("n1", "203.0.113.1")],
             jobs: vec![],
+            claims: vec![],
         }
     }
 
@@ -848,6 +866,35 @@ mod tests {
     }
 
     #[test]
+    fn claims_of_dead_creates_are_released_after_the_grace() {
+        let claim = |n: u64, secs: i64| {
+            (
+                format!("key-{n}"),
+                IdempotencyClaim {
+                    body_sha256: "h".into(),
+                    stack_id: id(n),
+                    claimed_at: ago(secs),
+                },
+            )
+        };
+        let mut snapshot = healthy();
+        // 1 has its record; 2 died long ago; 3 may still be creating.
+        snapshot.claims = vec![claim(1, 3600), claim(2, 121), claim(3, 119)];
+        let released: Vec<Action> = run(snapshot)
+            .actions
+            .into_iter()
+            .filter(|a| matches!(a, Action::ReleaseClaim { .. }))
+            .collect();
+        assert_eq!(
+            released,
+            vec![Action::ReleaseClaim {
+                key: "key-2".into(),
+                stack_id: id(2)
+            }]
+        );
+    }
+
+    #[test]
     fn removals_come_first_and_status_updates_last() {
         let mut snapshot = healthy();
         // 1: status drift; 2: expired; orphan 3; job.
@@ -860,7 +907,7 @@ mod tests {
             .iter()
             .map(|a| match a {
                 Action::Remove(_) => "remove",
-                Action::DeleteOrphan { .. } => "orphan",
+                Action::DeleteOrphan { .. } | Action::ReleaseClaim { .. } => "orphan",
                 Action::ResumeJob(_) => "job",
                 Action::UpdateStatus { .. } => "update",
             })

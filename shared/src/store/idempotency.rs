@@ -6,7 +6,9 @@ use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use super::item::{Item, PK, from_item, key, s, to_item};
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use super::item::{Item, PK, SK, from_item, key, s, to_item};
 use super::{Store, StoreError};
 use crate::model::StackId;
 
@@ -107,6 +109,19 @@ impl Store {
             }
             Err(err) => Err(StoreError::backend("DeleteItem", err)),
         }
+    }
+
+    /// Every claim with its key (one paginated query): the reconciler releases those whose
+    /// create died without writing a record.
+    pub async fn list_idempotency_claims(&self) -> Result<Vec<(String, IdempotencyClaim)>, StoreError> {
+        self.query_partition(IDEM_PK, |mut item| {
+            let key = match item.remove(SK) {
+                Some(AttributeValue::S(key)) => key,
+                _ => return Err(StoreError::Malformed("idempotency item without sk".into())),
+            };
+            Ok((key, from_item(item)?))
+        })
+        .await
     }
 
     /// Whether any idempotency key still exists (used by tests and diagnostics).

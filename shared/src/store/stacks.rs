@@ -157,7 +157,7 @@ impl Store {
     }
 
     /// Every item of partition `pk`, through `parse` (a paginated query).
-    async fn query_partition<T>(
+    pub(super) async fn query_partition<T>(
         &self,
         pk: &str,
         mut parse: impl FnMut(Item) -> Result<T, StoreError>,
