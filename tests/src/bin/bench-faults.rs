@@ -55,16 +55,22 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match mode {
-        "burst" => bench.burst(flag("--creates", 200) as usize).await,
-        "idle" => bench.idle(flag("--rounds", 10) as usize).await,
+    let bench = match mode {
+        "burst" => {
+            bench.burst(flag("--creates", 200) as usize).await;
+            bench
+        }
+        "idle" => {
+            bench.idle(flag("--rounds", 10) as usize).await;
+            bench
+        }
         "rounds" => bench.rounds(flag("--rounds", 200) as usize, flag("--seed", 1)).await,
         other => {
             eprintln!("bench-faults: unknown mode {other} (burst, idle, rounds)");
             bench.finish().await;
             return ExitCode::from(2);
         }
-    }
+    };
     bench.finish().await;
     ExitCode::SUCCESS
 }

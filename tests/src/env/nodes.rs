@@ -231,45 +231,6 @@ pub async fn delete_node(client: &Client, name: &str) -> Result<(), EnvError> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_stack_node_carries_role_external_ip_and_the_kwok_annotation() {
-        let node = SimulatedNode::new("n1")
-            .role("stack")
-            .external_ip("203.0.113.7")
-            .to_node();
-        let labels = node.metadata.labels.unwrap_or_default();
-        assert_eq!(labels.get("role").map(String::as_str), Some("stack"));
-        let annotations = node.metadata.annotations.unwrap_or_default();
-        assert_eq!(annotations.get("kwok.x-k8s.io/node").map(String::as_str), Some("fake"));
-        let status = node.status.unwrap_or_default();
-        let external: Vec<_> = status
-            .addresses
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|a| a.type_ == "ExternalIP")
-            .map(|a| a.address)
-            .collect();
-        assert_eq!(external, ["203.0.113.7"]);
-        assert_eq!(
-            status.allocatable.unwrap_or_default().get("cpu"),
-            Some(&Quantity("64".to_owned()))
-        );
-    }
-
-    #[test]
-    fn default_nodes_are_two_stack_nodes_and_one_other() {
-        let roles: Vec<_> = default_nodes()
-            .iter()
-            .map(|n| n.labels.get(ROLE_LABEL).cloned())
-            .collect();
-        assert_eq!(roles, [Some("stack".to_owned()), Some("stack".to_owned()), None]);
-    }
-}
-
 /// Waits until a pod selecting `role` nodes is actually placed: a Ready node can still carry
 /// the not-ready taint for a moment, and `up` must not return before stacks can be scheduled.
 pub async fn wait_schedulable(client: &Client, role: &str) -> Result<(), EnvError> {
@@ -319,4 +280,43 @@ pub async fn wait_schedulable(client: &Client, role: &str) -> Result<(), EnvErro
     .await
     .map_err(EnvError::kube(format!("delete pod {name}")))?;
     placed.map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stack_node_carries_role_external_ip_and_the_kwok_annotation() {
+        let node = SimulatedNode::new("n1")
+            .role("stack")
+            .external_ip("203.0.113.7")
+            .to_node();
+        let labels = node.metadata.labels.unwrap_or_default();
+        assert_eq!(labels.get("role").map(String::as_str), Some("stack"));
+        let annotations = node.metadata.annotations.unwrap_or_default();
+        assert_eq!(annotations.get("kwok.x-k8s.io/node").map(String::as_str), Some("fake"));
+        let status = node.status.unwrap_or_default();
+        let external: Vec<_> = status
+            .addresses
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|a| a.type_ == "ExternalIP")
+            .map(|a| a.address)
+            .collect();
+        assert_eq!(external, ["203.0.113.7"]);
+        assert_eq!(
+            status.allocatable.unwrap_or_default().get("cpu"),
+            Some(&Quantity("64".to_owned()))
+        );
+    }
+
+    #[test]
+    fn default_nodes_are_two_stack_nodes_and_one_other() {
+        let roles: Vec<_> = default_nodes()
+            .iter()
+            .map(|n| n.labels.get(ROLE_LABEL).cloned())
+            .collect();
+        assert_eq!(roles, [Some("stack".to_owned()), Some("stack".to_owned()), None]);
+    }
 }
