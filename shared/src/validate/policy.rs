@@ -1,6 +1,6 @@
 //! What the validator enforces, taken from the configuration once at start-up.
 
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, PodLimits};
 
 use super::quantity;
 
@@ -17,11 +17,23 @@ pub struct ValidationPolicy {
     pub max_cpu_milli: Option<i64>,
     /// `STACK_MAX_MEMORY_BYTES`: ceiling on the pod's effective memory request.
     pub max_memory_bytes: Option<i64>,
-    /// `STACK_EPHEMERAL_STORAGE_LIMIT` in bytes: every container's ephemeral-storage limit and
-    /// the cap on every emptyDir `sizeLimit`.
+    /// `STACK_EPHEMERAL_STORAGE_LIMIT` in bytes: the stack's ephemeral-storage budget, shared by
+    /// the limits of all its containers, and the cap on every emptyDir `sizeLimit`.
     pub ephemeral_storage_limit: i64,
     /// `STACK_IMAGE_ALLOWLIST`: registry/repository prefixes images must start with; empty allows any.
     pub image_allowlist: Vec<String>,
+    /// `STACK_SHARED_CONFIGMAPS`: the only ConfigMaps a manifest may reference.
+    pub shared_config_maps: Vec<String>,
+    /// `STACK_SHARED_SECRETS`: the only Secrets a manifest may reference.
+    pub shared_secrets: Vec<String>,
+    /// `STACK_IMAGE_PULL_SECRETS`: the only Secrets `imagePullSecrets` may name.
+    pub image_pull_secrets: Vec<String>,
+    /// `STACK_LABEL_ALLOWLIST`: label key patterns.
+    pub label_allowlist: Vec<String>,
+    /// `STACK_ANNOTATION_ALLOWLIST`: annotation key patterns.
+    pub annotation_allowlist: Vec<String>,
+    /// `STACK_MAX_CONTAINERS` and friends.
+    pub pod_limits: PodLimits,
     /// Longest manifest accepted, in bytes.
     pub max_manifest_bytes: usize,
 }
@@ -56,6 +68,12 @@ impl ValidationPolicy {
             max_memory_bytes: config.max_memory_bytes,
             ephemeral_storage_limit,
             image_allowlist: config.image_allowlist.clone(),
+            shared_config_maps: config.shared_config_maps.clone(),
+            shared_secrets: config.shared_secrets.clone(),
+            image_pull_secrets: config.image_pull_secrets.clone(),
+            label_allowlist: config.label_allowlist.clone(),
+            annotation_allowlist: config.annotation_allowlist.clone(),
+            pod_limits: config.pod_limits,
             max_manifest_bytes: Self::DEFAULT_MAX_MANIFEST_BYTES,
         })
     }
