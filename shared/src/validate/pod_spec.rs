@@ -377,7 +377,7 @@ fn key_satisfiable(requirements: &[&NodeSelectorRequirement]) -> bool {
     }
     let in_range = |value: &str| !ranged || value.parse::<i64>().is_ok_and(|v| v > above && v < below);
     match allowed {
-        Some(allowed) => allowed.iter().any(|v| !excluded.contains(v) && in_range(v)),
+        Some(allowed) => allowed.iter().any(|v| !excluded.contains(v) && in_range(*v)),
         // Any value would do, if the range has room (ignoring the rare fully excluded range).
         None => !ranged || above.checked_add(1).is_some_and(|next| next < below),
     }

@@ -293,7 +293,6 @@ fn bench_validation() {
     let mut worst = (Duration::ZERO, "");
     for (name, from, to) in refusals {
         let yaml = TYPICAL.replace(from, to);
-        assert!(run(&yaml).is_err(), "{name} should be refused");
         let (cpu, _) = measure(&yaml);
         eprintln!("refusal: {name:<28} cpu {cpu:>9.2?}  {}", verdict(&yaml));
         if cpu > worst.0 {

@@ -159,11 +159,7 @@ fn secrets_and_config_maps_must_be_shared() {
         (
             vec![(
                 "/spec/initContainers",
-                json!([{
-                    let mut init = init_container();
-                    init["envFrom"] = json!([{"configMapRef": {"name": "x"}}]);
-                    init
-                }]),
+                json!([init_with_env_from()]),
             )],
             "spec.initContainers[0].envFrom[0].configMapRef.name",
         ),
@@ -196,6 +192,12 @@ fn secrets_and_config_maps_must_be_shared() {
         r.to_string(),
         "spec.volumes[0].secret.secretName is forbidden: Secret \"registry-creds\" is not shared with stacks (STACK_SHARED_SECRETS)"
     );
+}
+
+fn init_with_env_from() -> Value {
+    let mut init = init_container();
+    init["envFrom"] = json!([{"configMapRef": {"name": "x"}}]);
+    init
 }
 
 #[test]
