@@ -66,6 +66,7 @@ pub fn validate(
 ) -> Result<HardenedPod, Rejection> {
     validate_target_ports(target_ports)?;
     let (mut raw, scan) = bounded_yaml::read(manifest_yaml, policy.max_manifest_bytes)?;
+    bounds::check_raw(&raw, policy)?;
     yaml11::coerce(&mut raw, &scan.plain_yaml11);
     let mut pod = schema::read_pod(&raw)?;
     drop(raw);

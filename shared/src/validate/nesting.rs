@@ -33,11 +33,22 @@ pub struct Scan {
 /// Refuses `manifest` if any mapping or sequence is nested deeper than `max_depth` or a node
 /// carries a tag that is not honoured. Syntax errors end the pass without a verdict: the full
 /// parse reports them with its own message.
-pub fn check_depth(manifest: &str, max_depth: usize) -> Result<Scan, Rejection> {
+pub fn check_depth(manifest: &str, max_depth: usize, max_nodes: usize) -> Result<Scan, Rejection> {
     let mut events = EventStream::new(manifest);
     let mut depth = 0usize;
+    let mut nodes = 0usize;
     let mut scan = Scan::default();
     while let Some(event) = events.next_event() {
+        // Collections and scalars, before any alias is expanded: a long flat list stops here.
+        if matches!(event.kind, Kind::CollectionStart { .. } | Kind::PlainScalar(_) | Kind::Scalar) {
+            nodes += 1;
+            if nodes > max_nodes {
+                return Err(Rejection::new(
+                    "manifest",
+                    format!("has more than {max_nodes} nodes (line {})", event.line + 1),
+                ));
+            }
+        }
         if let Some(tag) = &event.tag
             && !honoured(tag, &event.kind)
         {
@@ -66,7 +77,7 @@ pub fn check_depth(manifest: &str, max_depth: usize) -> Result<Scan, Rejection> 
             Kind::PlainScalar(text) => {
                 scan.plain_yaml11.insert(text);
             }
-            Kind::Other => {}
+            Kind::Scalar | Kind::Other => {}
         }
     }
     Ok(scan)
@@ -76,7 +87,7 @@ fn honoured(tag: &str, kind: &Kind) -> bool {
     match (tag.strip_prefix(CORE_PREFIX), kind) {
         (Some("map"), Kind::CollectionStart { mapping: true })
         | (Some("seq"), Kind::CollectionStart { mapping: false }) => true,
-        (Some("str" | "int" | "float" | "bool" | "null"), Kind::Other | Kind::PlainScalar(_)) => true,
+        (Some("str" | "int" | "float" | "bool" | "null"), Kind::Scalar | Kind::PlainScalar(_)) => true,
         _ => false,
     }
 }
@@ -88,7 +99,9 @@ enum Kind {
     CollectionEnd,
     /// An untagged plain scalar YAML 1.1 reads differently, with its text.
     PlainScalar(String),
-    /// Any other scalar, alias or document/stream event.
+    /// Any other scalar.
+    Scalar,
+    /// An alias or a document/stream event.
     Other,
 }
 
@@ -165,7 +178,7 @@ impl<'input> EventStream<'input> {
             } else if type_ == sys::YAML_SCALAR_EVENT {
                 let scalar = event.data.scalar;
                 let tag = c_text(scalar.tag);
-                let mut kind = Kind::Other;
+                let mut kind = Kind::Scalar;
                 if tag.is_none() && scalar.style == sys::YAML_PLAIN_SCALAR_STYLE && !scalar.value.is_null() {
                     let bytes = std::slice::from_raw_parts(scalar.value, scalar.length as usize);
                     if let Ok(text) = std::str::from_utf8(bytes)
@@ -213,18 +226,18 @@ mod tests {
 
     #[test]
     fn depth_is_counted_across_flow_and_block_styles() {
-        assert!(check_depth("a:\n  b: [1, {c: [2]}]\n", 5).is_ok());
-        let r = check_depth("a:\n  b: [1, {c: [2]}]\n", 4).unwrap_err();
+        assert!(check_depth("a:\n  b: [1, {c: [2]}]\n", 5, 1000).is_ok());
+        let r = check_depth("a:\n  b: [1, {c: [2]}]\n", 4, 1000).unwrap_err();
         assert_eq!(r.to_string(), "manifest nests deeper than 4 levels (line 2)");
-        assert!(check_depth("- - - - x\n", 3).is_err());
-        assert!(check_depth("- - - x\n", 3).is_ok());
+        assert!(check_depth("- - - - x\n", 3, 1000).is_err());
+        assert!(check_depth("- - - x\n", 3, 1000).is_ok());
     }
 
     #[test]
     fn syntax_errors_and_multiple_documents_pass_through() {
-        assert!(check_depth("a: [1, 2\n", 2).is_ok());
-        assert!(check_depth("a: 1\n---\nb: 2\n", 1).is_ok());
-        assert!(check_depth("", 1).is_ok());
+        assert!(check_depth("a: [1, 2\n", 2, 1000).is_ok());
+        assert!(check_depth("a: 1\n---\nb: 2\n", 1, 1000).is_ok());
+        assert!(check_depth("", 1, 1000).is_ok());
     }
 
     #[test]
@@ -234,7 +247,7 @@ mod tests {
             "a: !!map {b: 1}\nc: !!seq [1]\n",
             "? !!str k\n: v\n",
         ] {
-            assert!(check_depth(yaml, 8).is_ok(), "{yaml}");
+            assert!(check_depth(yaml, 8, 1000).is_ok(), "{yaml}");
         }
         let cases = [
             ("a: 1\nb: !!binary aGk=\n", "!!binary (line 2)"),
@@ -252,7 +265,7 @@ mod tests {
             ),
         ];
         for (yaml, tag) in cases {
-            let r = check_depth(yaml, 8).unwrap_err();
+            let r = check_depth(yaml, 8, 1000).unwrap_err();
             assert!(
                 r.problem.starts_with(&format!("uses the YAML tag {tag}")),
                 "{yaml}: {r}"
@@ -265,6 +278,7 @@ mod tests {
         let scan = check_depth(
             "a: 0755\nb: '0644'\nc: 1_000\nd: yes\ne: \"on\"\nf: 80\ng: 0x1F\nh: !!str 0600\n",
             4,
+            1000,
         )
         .unwrap();
         let mut noted: Vec<&str> = scan.plain_yaml11.iter().map(String::as_str).collect();
@@ -273,9 +287,17 @@ mod tests {
     }
 
     #[test]
+    fn node_count_is_checked_before_anything_is_built() {
+        assert!(check_depth("[1, 2, 3]", 4, 4).is_ok());
+        let r = check_depth("a: [1, 2, 3]\n", 4, 4).unwrap_err();
+        assert_eq!(r.to_string(), "manifest has more than 4 nodes (line 1)");
+        assert!(check_depth("a: &x [1, 2]\nb: *x\n", 4, 6).is_ok(), "aliases count once here");
+    }
+
+    #[test]
     fn deep_flow_input_stops_early() {
         let deep = "{a: ".repeat(50_000);
-        let r = check_depth(&deep, 32).unwrap_err();
+        let r = check_depth(&deep, 32, 1000).unwrap_err();
         assert_eq!(r.to_string(), "manifest nests deeper than 32 levels (line 1)");
     }
 }

@@ -80,7 +80,8 @@ pub(super) fn generated_inputs() -> Vec<(String, String)> {
     let env_entry = |i: usize| format!("    - {{name: VAR_{i}, value: \"value number {i} of a long list\"}}\n");
     let mut inputs = Vec::new();
 
-    let env_at_bound: String = (0..512).map(env_entry).collect();
+    // The typical pod's FLAG entry plus 511: the default bound of 512.
+    let env_at_bound: String = (0..511).map(env_entry).collect();
     inputs.push((
         "512 env vars (the bound)".into(),
         TYPICAL.replace("    - {name: MODE, value: ctf}\n", &env_at_bound),
@@ -288,7 +289,7 @@ fn bench_validation() {
         ("node-local image", "redis:7", "localhost:5000/redis"),
         ("cpu no node holds", "cpu: 200m", "cpu: \"100000\""),
         ("unknown field", "    image: redis:7", "    imagee: redis:7"),
-        ("yaml tag", "echo ok\"", "echo ok\"\n    workingDir: !!binary aGk="),
+        ("yaml tag", "    image: redis:7", "    image: redis:7\n    workingDir: !!binary aGk="),
     ];
     let mut worst = (Duration::ZERO, "");
     for (name, from, to) in refusals {
