@@ -177,14 +177,14 @@ pub(super) fn generated_inputs() -> Vec<(String, String)> {
         let args = fill(String::new(), LIMIT - 2000, |i| format!("{open}{i}{close}, "));
         pod_with("").replace("    resources:", &format!("    args: [{args}]\n    resources:"))
     };
-    inputs.push(("256 KiB of args 26 deep".into(), deep_valid));
+    inputs.push(("256 KiB of args nested to the limit".into(), deep_valid));
 
     let flow_deep = {
         let mut s = format!("{HEAD}spec: ") + &"{a: ".repeat(MAX_DEPTH - 4) + "[";
         s = fill(s, LIMIT - 64, |_| "{b: c}, ".into());
         s + "]" + &"}".repeat(MAX_DEPTH - 4) + "\n"
     };
-    inputs.push(("256 KiB of flow maps 28 deep".into(), flow_deep));
+    inputs.push(("256 KiB of flow maps nested to the limit".into(), flow_deep));
 
     let quoted = fill(format!("{HEAD}  annotations:\n"), LIMIT - 400, |i| {
         format!("    q{i}: \"\\u00e9\\t\\x41{}\"\n", "\\n".repeat(20))
@@ -312,5 +312,43 @@ fn generated_inputs_are_under_the_limit_and_answered() {
         }
         let _ = run(&yaml);
         let _ = name;
+    }
+}
+
+/// Where the time of the costliest accepted inputs goes, step by step.
+#[test]
+#[ignore = "benchmark; prints timings"]
+fn bench_stages() {
+    use crate::validate::{bounded_yaml, nesting, schema, yaml11};
+    let inputs = generated_inputs();
+    for (name, yaml) in inputs.iter().filter(|(_, y)| run(y).is_ok()) {
+        let time = |f: &dyn Fn()| {
+            let (before, calls) = (thread_cpu().unwrap_or_default(), 20);
+            for _ in 0..calls {
+                f();
+            }
+            (thread_cpu().unwrap_or_default() - before) / calls
+        };
+        let first_pass = time(&|| {
+            let _ = std::hint::black_box(nesting::check_depth(yaml, MAX_DEPTH, crate::validate::MAX_NODES));
+        });
+        let parse = time(&|| {
+            let _ = std::hint::black_box(bounded_yaml::read(yaml, LIMIT));
+        });
+        let (mut raw, scan) = bounded_yaml::read(yaml, LIMIT).unwrap();
+        yaml11::coerce(&mut raw, &scan.plain_yaml11);
+        let schema = time(&|| {
+            let _ = std::hint::black_box(schema::read_pod(&raw));
+        });
+        let pod = schema::read_pod(&raw).unwrap();
+        let output = time(&|| {
+            let _ = std::hint::black_box(serde_yaml::to_string(&pod));
+        });
+        let total = time(&|| {
+            let _ = std::hint::black_box(run(yaml));
+        });
+        eprintln!(
+            "{name:<34} total {total:>8.2?}  first pass {first_pass:>8.2?}  parse (incl. first pass) {parse:>8.2?}  schema {schema:>8.2?}  output yaml {output:>8.2?}"
+        );
     }
 }
