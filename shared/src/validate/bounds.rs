@@ -7,10 +7,23 @@ use serde_json::Value;
 
 use super::{Rejection, ValidationPolicy};
 
+/// Most labels, and most annotations, on a stack pod (real pods carry a handful; each key costs
+/// checks here and in every component that reads the pod).
+pub const MAX_METADATA_ENTRIES: usize = 128;
+
 /// The same counts on the parsed manifest, before the typed Pod is built: a manifest with
 /// thousands of entries is refused without paying for its schema checks. What is not yet of
 /// the expected shape counts as empty here; the schema step reports it.
 pub fn check_raw(manifest: &Value, policy: &ValidationPolicy) -> Result<(), Rejection> {
+    for field in ["labels", "annotations"] {
+        let count = manifest["metadata"][field].as_object().map_or(0, serde_json::Map::len);
+        if count > MAX_METADATA_ENTRIES {
+            return Err(Rejection::new(
+                format!("metadata.{field}"),
+                format!("lists {count} {field}, more than the {MAX_METADATA_ENTRIES} a stack may have"),
+            ));
+        }
+    }
     let spec = &manifest["spec"];
     let list = |value: &Value| value.as_array().map_or(0, Vec::len);
     let containers = list(&spec["containers"]);

@@ -40,7 +40,10 @@ pub fn check_depth(manifest: &str, max_depth: usize, max_nodes: usize) -> Result
     let mut scan = Scan::default();
     while let Some(event) = events.next_event() {
         // Collections and scalars, before any alias is expanded: a long flat list stops here.
-        if matches!(event.kind, Kind::CollectionStart { .. } | Kind::PlainScalar(_) | Kind::Scalar) {
+        if matches!(
+            event.kind,
+            Kind::CollectionStart { .. } | Kind::PlainScalar(_) | Kind::Scalar
+        ) {
             nodes += 1;
             if nodes > max_nodes {
                 return Err(Rejection::new(
@@ -291,7 +294,10 @@ mod tests {
         assert!(check_depth("[1, 2, 3]", 4, 4).is_ok());
         let r = check_depth("a: [1, 2, 3]\n", 4, 4).unwrap_err();
         assert_eq!(r.to_string(), "manifest has more than 4 nodes (line 1)");
-        assert!(check_depth("a: &x [1, 2]\nb: *x\n", 4, 6).is_ok(), "aliases count once here");
+        assert!(
+            check_depth("a: &x [1, 2]\nb: *x\n", 4, 6).is_ok(),
+            "aliases count once here"
+        );
     }
 
     #[test]

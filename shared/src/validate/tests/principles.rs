@@ -157,10 +157,7 @@ fn secrets_and_config_maps_must_be_shared() {
             "spec.containers[0].envFrom[1].secretRef.name",
         ),
         (
-            vec![(
-                "/spec/initContainers",
-                json!([init_with_env_from()]),
-            )],
+            vec![("/spec/initContainers", json!([init_with_env_from()]))],
             "spec.initContainers[0].envFrom[0].configMapRef.name",
         ),
         (
@@ -291,6 +288,15 @@ fn per_pod_bounds() {
         r.problem,
         "lists 3 volumes, more than the 2 a stack may have (STACK_MAX_VOLUMES)"
     );
+    let labels: serde_json::Map<String, Value> = (0..129).map(|i| (format!("l{i}"), json!("v"))).collect();
+    assert_eq!(
+        run(&edited(&[("/metadata/labels", Value::Object(labels))]))
+            .unwrap_err()
+            .path,
+        "metadata.labels"
+    );
+    let notes: serde_json::Map<String, Value> = (0..128).map(|i| (format!("n{i}"), json!("v"))).collect();
+    assert!(run(&edited(&[("/metadata/annotations", Value::Object(notes))])).is_ok());
     // Defaults: 200 containers in one pod are refused.
     let many: Vec<Value> = (0..200).map(|i| container(&format!("c{i}"))).collect();
     assert_eq!(
