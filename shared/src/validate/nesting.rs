@@ -87,12 +87,15 @@ pub fn check_depth(manifest: &str, max_depth: usize, max_nodes: usize) -> Result
 }
 
 fn honoured(tag: &str, kind: &Kind) -> bool {
-    match (tag.strip_prefix(CORE_PREFIX), kind) {
+    matches!(
+        (tag.strip_prefix(CORE_PREFIX), kind),
         (Some("map"), Kind::CollectionStart { mapping: true })
-        | (Some("seq"), Kind::CollectionStart { mapping: false }) => true,
-        (Some("str" | "int" | "float" | "bool" | "null"), Kind::Scalar | Kind::PlainScalar(_)) => true,
-        _ => false,
-    }
+            | (Some("seq"), Kind::CollectionStart { mapping: false })
+            | (
+                Some("str" | "int" | "float" | "bool" | "null"),
+                Kind::Scalar | Kind::PlainScalar(_)
+            )
+    )
 }
 
 enum Kind {

@@ -29,7 +29,8 @@ pub fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rejection>
         // Resolver settings only change which DNS server the pod itself asks.
         dns_config: _,
         dns_policy: _,
-        enable_service_links,
+        // Forced to false whatever the manifest says (`kubectl get -o yaml` shows true).
+        enable_service_links: _,
         ephemeral_containers,
         // Entries in the pod's own /etc/hosts.
         host_aliases: _,
@@ -165,8 +166,6 @@ pub fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rejection>
             "stacks get no API token",
         ));
     }
-    // `enableServiceLinks` is forced to false whatever the manifest says.
-    let _ = enable_service_links;
     if active_deadline_seconds.is_some_and(|secs| secs <= 0) {
         return Err(Rejection::new("spec.activeDeadlineSeconds", "must be positive"));
     }
@@ -377,7 +376,7 @@ fn key_satisfiable(requirements: &[&NodeSelectorRequirement]) -> bool {
     }
     let in_range = |value: &str| !ranged || value.parse::<i64>().is_ok_and(|v| v > above && v < below);
     match allowed {
-        Some(allowed) => allowed.iter().any(|v| !excluded.contains(v) && in_range(*v)),
+        Some(allowed) => allowed.iter().any(|v| !excluded.contains(v) && in_range(v)),
         // Any value would do, if the range has room (ignoring the rare fully excluded range).
         None => !ranged || above.checked_add(1).is_some_and(|next| next < below),
     }

@@ -36,6 +36,9 @@ pub(super) fn policy() -> ValidationPolicy {
     }
 }
 
+/// JSON-pointer edits of [`base`].
+pub(super) type Edits<'a> = Vec<(&'a str, Value)>;
+
 pub(super) fn strings(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| (*s).to_owned()).collect()
 }

@@ -171,7 +171,7 @@ fn yaml_float(s: &str) -> Option<f64> {
 
 fn integral(f: f64) -> Option<i64> {
     // 2^63 as f64; the range check keeps the cast exact.
-    (f.fract() == 0.0 && f.abs() < 9.223_372_036_854_775_808e18).then_some(f as i64)
+    (f.fract() == 0.0 && f.abs() < 9.223_372_036_854_776e18).then_some(f as i64)
 }
 
 /// go-yaml v2's booleans.

@@ -9,7 +9,10 @@ use super::{policy, stack_id, without_forced_fields};
 use crate::model::{Protocol, TargetPort};
 use crate::validate::{HardenedPod, validate};
 
-const CORPUS: &[(&str, &str, &[(u16, Protocol)])] = &[
+/// Name, manifest and the target ports it exposes.
+type Entry = (&'static str, &'static str, &'static [(u16, Protocol)]);
+
+const CORPUS: &[Entry] = &[
     (
         "web-probes",
         include_str!("corpus/web-probes.yaml"),

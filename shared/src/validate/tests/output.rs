@@ -72,7 +72,7 @@ fn ephemeral_storage_is_a_per_stack_budget() {
             })
             .collect()
     };
-    let rows: Vec<(Vec<(&str, Value)>, Vec<&str>)> = vec![
+    let rows: Vec<(super::Edits, Vec<&str>)> = vec![
         (vec![], vec!["1Gi"]),
         (
             vec![("/spec/containers/1", container("b", None))],

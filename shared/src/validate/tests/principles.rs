@@ -219,7 +219,7 @@ fn per_pod_bounds() {
                 .collect(),
         )
     };
-    let rows: Vec<(Vec<(&str, Value)>, Result<(), &str>)> = vec![
+    let rows: Vec<(super::Edits, Result<(), &str>)> = vec![
         (vec![("/spec/containers/1", container("b"))], Ok(())),
         (
             vec![
