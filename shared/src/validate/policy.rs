@@ -101,8 +101,19 @@ mod tests {
             ("STACK_MAX_CPU_MILLI", "2000"),
             ("STACK_EPHEMERAL_STORAGE_LIMIT", "512Mi"),
             ("STACK_IMAGE_ALLOWLIST", "registry.example.com/ctf/, ghcr.io/org/"),
+            ("STACK_SHARED_CONFIGMAPS", "scripts"),
+            ("STACK_SHARED_SECRETS", "flag,motd"),
+            ("STACK_IMAGE_PULL_SECRETS", "regcred"),
+            ("STACK_ANNOTATION_ALLOWLIST", "ctf.example.com/*"),
+            ("STACK_MAX_VOLUMES", "4"),
         ]))
         .unwrap();
+        assert_eq!(policy.shared_config_maps, ["scripts"]);
+        assert_eq!(policy.shared_secrets, ["flag", "motd"]);
+        assert_eq!(policy.image_pull_secrets, ["regcred"]);
+        assert_eq!(policy.annotation_allowlist, ["ctf.example.com/*"]);
+        assert_eq!(policy.label_allowlist, ["*", "*/*"]);
+        assert_eq!(policy.pod_limits.volumes, 4);
         assert_eq!(policy.namespace, "ctf");
         assert_eq!(policy.node_role, "chall");
         assert_eq!(policy.max_lifetime_secs, 8 * 3600);
