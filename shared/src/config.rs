@@ -34,6 +34,18 @@ pub struct Config {
     pub max_memory_bytes: Option<i64>,
     pub ephemeral_storage_limit: String,
     pub image_allowlist: Vec<String>,
+    /// ConfigMaps of the stack namespace that manifests may reference (mount or read).
+    pub shared_config_maps: Vec<String>,
+    /// Secrets of the stack namespace that manifests may reference (mount or read).
+    pub shared_secrets: Vec<String>,
+    /// Secrets manifests may name in `imagePullSecrets` (used by the kubelet, not readable by the pod).
+    pub image_pull_secrets: Vec<String>,
+    /// Label keys manifests may set (`*` matches any run of characters but `/`).
+    pub label_allowlist: Vec<String>,
+    /// Annotation keys manifests may set (same patterns as labels).
+    pub annotation_allowlist: Vec<String>,
+    /// Per-pod bounds on what one manifest may declare.
+    pub pod_limits: PodLimits,
     pub table: String,
     pub consistent_read: bool,
     pub kubeconfig: Option<String>,
@@ -48,6 +60,52 @@ pub struct Config {
     pub orphan_grace: Duration,
     pub reap_terminated: bool,
     pub reconcile_concurrency: usize,
+}
+
+/// Label keys accepted by default: any (reserved domains stay refused by the validator). Labels
+/// identify; the platform's own labels (e.g. a challenge label) must keep working untouched.
+pub const DEFAULT_LABEL_ALLOWLIST: &[&str] = &["*", "*/*"];
+
+/// Annotation keys accepted by default: keys without a prefix (private to the author by
+/// Kubernetes convention; add-ons use prefixed keys), the recommended `app.kubernetes.io/*`
+/// and kubectl's informational keys. Prefixed keys steer add-ons, hence an allowlist.
+pub const DEFAULT_ANNOTATION_ALLOWLIST: &[&str] = &[
+    "*",
+    "app.kubernetes.io/*",
+    "kubectl.kubernetes.io/default-container",
+    "kubectl.kubernetes.io/default-logs-container",
+    "kubectl.kubernetes.io/last-applied-configuration",
+];
+
+/// Most of each thing one stack pod may declare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodLimits {
+    /// `STACK_MAX_CONTAINERS`: regular containers.
+    pub containers: usize,
+    /// `STACK_MAX_INIT_CONTAINERS`: init containers, sidecars included.
+    pub init_containers: usize,
+    /// `STACK_MAX_VOLUMES`: volumes.
+    pub volumes: usize,
+    /// `STACK_MAX_ENV`: `env` and `envFrom` entries summed over every container.
+    pub env: usize,
+    /// `STACK_MAX_CONTAINER_PORTS`: `ports` entries summed over every container.
+    pub ports: usize,
+}
+
+impl PodLimits {
+    pub const DEFAULT: Self = Self {
+        containers: 8,
+        init_containers: 8,
+        volumes: 32,
+        env: 512,
+        ports: 64,
+    };
+}
+
+impl Default for PodLimits {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
 }
 
 /// Start-up failure naming every bad variable.
@@ -94,6 +152,37 @@ impl Config {
                 .string("STACK_IMAGE_ALLOWLIST")
                 .map(|v| split_list(&v))
                 .unwrap_or_default(),
+            shared_config_maps: env
+                .string("STACK_SHARED_CONFIGMAPS")
+                .map(|v| split_list(&v))
+                .unwrap_or_default(),
+            shared_secrets: env
+                .string("STACK_SHARED_SECRETS")
+                .map(|v| split_list(&v))
+                .unwrap_or_default(),
+            image_pull_secrets: env
+                .string("STACK_IMAGE_PULL_SECRETS")
+                .map(|v| split_list(&v))
+                .unwrap_or_default(),
+            label_allowlist: env
+                .string("STACK_LABEL_ALLOWLIST")
+                .map(|v| split_list(&v))
+                .unwrap_or_else(|| to_strings(DEFAULT_LABEL_ALLOWLIST)),
+            annotation_allowlist: env
+                .string("STACK_ANNOTATION_ALLOWLIST")
+                .map(|v| split_list(&v))
+                .unwrap_or_else(|| to_strings(DEFAULT_ANNOTATION_ALLOWLIST)),
+            pod_limits: PodLimits {
+                containers: env.parse("STACK_MAX_CONTAINERS", PodLimits::DEFAULT.containers, parse_at_least_one),
+                init_containers: env.parse(
+                    "STACK_MAX_INIT_CONTAINERS",
+                    PodLimits::DEFAULT.init_containers,
+                    parse_at_least_one,
+                ),
+                volumes: env.parse("STACK_MAX_VOLUMES", PodLimits::DEFAULT.volumes, parse_at_least_one),
+                env: env.parse("STACK_MAX_ENV", PodLimits::DEFAULT.env, parse_at_least_one),
+                ports: env.parse("STACK_MAX_CONTAINER_PORTS", PodLimits::DEFAULT.ports, parse_at_least_one),
+            },
             table: env.string("DDB_STACK_TABLE").unwrap_or_else(|| "stacks".into()),
             consistent_read: env.parse("DDB_CONSISTENT_READ", true, parse_bool),
             kubeconfig: env.string("K8S_KUBECONFIG"),
@@ -264,6 +353,10 @@ pub fn parse_duration(v: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(total).map_err(|_| BAD.into())
 }
 
+fn to_strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
+}
+
 fn split_list(v: &str) -> Vec<String> {
     v.split(',')
         .map(str::trim)
@@ -322,6 +415,33 @@ mod tests {
         assert_eq!(c.orphan_grace, Duration::from_secs(120));
         assert_eq!(c.reconcile_concurrency, 16);
         assert_eq!(c.ephemeral_storage_limit, "1Gi");
+        assert!(c.shared_config_maps.is_empty() && c.shared_secrets.is_empty() && c.image_pull_secrets.is_empty());
+        assert_eq!(c.pod_limits, PodLimits::DEFAULT);
+        assert_eq!(c.annotation_allowlist, to_strings(DEFAULT_ANNOTATION_ALLOWLIST));
+    }
+
+    #[test]
+    fn sharing_lists_and_pod_limits_are_read() {
+        let c = config(&[
+            ("API_KEY", "k"),
+            ("STACK_SHARED_CONFIGMAPS", "web-cfg, scripts"),
+            ("STACK_SHARED_SECRETS", "flag"),
+            ("STACK_IMAGE_PULL_SECRETS", "regcred"),
+            ("STACK_ANNOTATION_ALLOWLIST", "ctf.example.com/*"),
+            ("STACK_MAX_CONTAINERS", "3"),
+            ("STACK_MAX_ENV", "10"),
+        ])
+        .unwrap();
+        assert_eq!(c.shared_config_maps, ["web-cfg", "scripts"]);
+        assert_eq!(c.shared_secrets, ["flag"]);
+        assert_eq!(c.image_pull_secrets, ["regcred"]);
+        assert_eq!(c.annotation_allowlist, ["ctf.example.com/*"]);
+        assert_eq!(
+            (c.pod_limits.containers, c.pod_limits.env, c.pod_limits.volumes),
+            (3, 10, 32)
+        );
+        let err = config(&[("API_KEY", "k"), ("STACK_MAX_VOLUMES", "0")]).unwrap_err();
+        assert!(err.to_string().contains("STACK_MAX_VOLUMES"), "{err}");
     }
 
     #[test]

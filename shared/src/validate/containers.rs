@@ -2,10 +2,15 @@
 //! `..`), so a new field in an upgraded k8s-openapi fails to compile until it is decided.
 //! Resources are checked by the `resources` module.
 
-use k8s_openapi::api::core::v1::{Container, LifecycleHandler, PodSpec, Probe, VolumeMount};
+use k8s_openapi::api::core::v1::{Container, LifecycleHandler, PodSpec, Probe, SecurityContext, VolumeMount};
 
 use super::rejection::ContainerPath;
-use super::{Rejection, ValidationPolicy, images};
+use super::{MAX_TERMINATION_GRACE_SECS, Rejection, ValidationPolicy, images};
+
+/// Longest probe delay, period or timeout accepted: anything longer is no probe at all.
+pub const MAX_PROBE_SECONDS: i64 = 3600;
+/// Most consecutive probe results a threshold may ask for.
+pub const MAX_PROBE_THRESHOLD: i64 = 100;
 
 pub fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rejection> {
     if spec.containers.is_empty() {
@@ -56,7 +61,11 @@ fn check_container(container: &Container, at: ContainerPath, policy: &Validation
     }
     images::check(image.as_deref().unwrap_or_default(), &policy.image_allowlist)
         .map_err(|problem| Rejection::new(at.field("image"), problem))?;
-    if security_context.is_some() {
+    // `{}` (as in `kubectl get -o yaml`) asks for nothing; the forced context replaces it.
+    if security_context
+        .as_ref()
+        .is_some_and(|sc| *sc != SecurityContext::default())
+    {
         return Err(Rejection::forbidden_because(
             at.field("securityContext"),
             "it is set by the provisioner",
@@ -160,20 +169,78 @@ fn check_mount(mount: &VolumeMount, at: &str) -> Result<(), Rejection> {
     Ok(())
 }
 
+/// Every duration and count of a probe is bounded; its own grace period like the pod's.
 fn check_probe(probe: &Probe, at: &str) -> Result<(), Rejection> {
     let target_host = [
         ("httpGet", probe.http_get.as_ref().and_then(|a| a.host.as_ref())),
         ("tcpSocket", probe.tcp_socket.as_ref().and_then(|a| a.host.as_ref())),
     ];
-    reject_host(&target_host, at)
+    reject_host(&target_host, at)?;
+    let bounded = [
+        (
+            "initialDelaySeconds",
+            probe.initial_delay_seconds.map(i64::from),
+            0,
+            MAX_PROBE_SECONDS,
+        ),
+        (
+            "periodSeconds",
+            probe.period_seconds.map(i64::from),
+            0,
+            MAX_PROBE_SECONDS,
+        ),
+        (
+            "timeoutSeconds",
+            probe.timeout_seconds.map(i64::from),
+            0,
+            MAX_PROBE_SECONDS,
+        ),
+        (
+            "successThreshold",
+            probe.success_threshold.map(i64::from),
+            0,
+            MAX_PROBE_THRESHOLD,
+        ),
+        (
+            "failureThreshold",
+            probe.failure_threshold.map(i64::from),
+            0,
+            MAX_PROBE_THRESHOLD,
+        ),
+        (
+            "terminationGracePeriodSeconds",
+            probe.termination_grace_period_seconds,
+            1,
+            MAX_TERMINATION_GRACE_SECS,
+        ),
+    ];
+    for (field, value, min, max) in bounded {
+        if value.is_some_and(|v| !(min..=max).contains(&v)) {
+            return Err(Rejection::new(
+                format!("{at}.{field}"),
+                format!("must be between {min} and {max}"),
+            ));
+        }
+    }
+    Ok(())
 }
 
+/// A `sleep` hook longer than the grace period would only be cut short by the kubelet.
 fn check_handler(handler: &LifecycleHandler, at: &str) -> Result<(), Rejection> {
     let target_host = [
         ("httpGet", handler.http_get.as_ref().and_then(|a| a.host.as_ref())),
         ("tcpSocket", handler.tcp_socket.as_ref().and_then(|a| a.host.as_ref())),
     ];
-    reject_host(&target_host, at)
+    reject_host(&target_host, at)?;
+    if let Some(sleep) = &handler.sleep
+        && !(0..=MAX_TERMINATION_GRACE_SECS).contains(&sleep.seconds)
+    {
+        return Err(Rejection::new(
+            format!("{at}.sleep.seconds"),
+            format!("must be between 0 and {MAX_TERMINATION_GRACE_SECS}"),
+        ));
+    }
+    Ok(())
 }
 
 /// The kubelet runs probes and hooks from the node's network, so a `host` would let the

@@ -16,6 +16,11 @@ pub fn apply(pod: &mut Pod, stack_id: &StackId, policy: &ValidationPolicy) {
     meta.name = Some(stack_id.pod_name());
     meta.generate_name = None;
     meta.namespace = Some(policy.namespace.clone());
+    // Set by the apiserver on create; accepted from `kubectl get -o yaml` output.
+    meta.creation_timestamp = None;
+    meta.uid = None;
+    meta.generation = None;
+    meta.self_link = None;
     let labels = meta.labels.get_or_insert_with(BTreeMap::new);
     labels.insert(MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned());
     labels.insert(STACK_ID_LABEL.to_owned(), stack_id.to_string());
@@ -24,6 +29,12 @@ pub fn apply(pod: &mut Pod, stack_id: &StackId, policy: &ValidationPolicy) {
     spec.restart_policy = Some("Never".into());
     spec.automount_service_account_token = Some(false);
     spec.enable_service_links = Some(false);
+    // Only their defaults were accepted; admission fills them in again.
+    spec.service_account = None;
+    spec.service_account_name = None;
+    spec.scheduler_name = None;
+    spec.priority = None;
+    spec.preemption_policy = None;
     // A shorter deadline asked by the manifest is kept: it can only end the pod sooner.
     spec.active_deadline_seconds = Some(
         spec.active_deadline_seconds

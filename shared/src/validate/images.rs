@@ -5,6 +5,12 @@
 //! `registry.example.com/ctf/web:1` but not `registry.example.com/ctf-evil/web` nor
 //! `registry.example.com.evil.io/ctf/web`. An entry naming a repository
 //! (`registry.example.com/ctf/web`) also accepts its tags and digests.
+//!
+//! Whatever the allowlist says, a registry on a loopback or link-local address (or named
+//! `localhost`, or the EC2 metadata service) is refused: the kubelet pulls from the node, so
+//! such a reference makes the node talk to its own services or the metadata endpoint.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Why an image was refused; the caller adds the field path.
 pub fn check(image: &str, allowlist: &[String]) -> Result<(), String> {
@@ -18,6 +24,13 @@ pub fn check(image: &str, allowlist: &[String]) -> Result<(), String> {
             .all(|part| !part.is_empty() && part != "." && part != "..");
     if !well_formed {
         return Err("is not a valid image reference".into());
+    }
+    if let Some(host) = registry_host(image)
+        && is_node_local(host)
+    {
+        return Err(format!(
+            "{image:?} is forbidden: its registry {host} is a loopback or link-local address of the node"
+        ));
     }
     if allowlist.is_empty() {
         return Ok(());
@@ -53,6 +66,80 @@ fn qualify(image: &str) -> String {
     }
 }
 
+/// The registry part of a reference, without its port, when it names one (Docker's rule: a
+/// first component with `.` or `:`, or `localhost`).
+fn registry_host(image: &str) -> Option<&str> {
+    let (first, _) = image.split_once('/')?;
+    if !(first.contains(['.', ':']) || first.eq_ignore_ascii_case("localhost")) {
+        return None;
+    }
+    if let Some(bracketed) = first.strip_prefix('[') {
+        return bracketed.split_once(']').map(|(host, _)| host);
+    }
+    Some(first.rsplit_once(':').map_or(first, |(host, _)| host))
+}
+
+fn is_node_local(host: &str) -> bool {
+    // An IPv6 zone (`fe80::1%eth0`) does not change what the address is.
+    let host = host.split_once('%').map_or(host, |(address, _)| address);
+    let name = host.trim_end_matches('.').to_ascii_lowercase();
+    if name == "localhost"
+        || name.ends_with(".localhost")
+        || name == "localhost.localdomain"
+        || name == "instance-data"
+        || name.starts_with("instance-data.")
+    {
+        return true;
+    }
+    match parse_ip(&name) {
+        Some(IpAddr::V4(v4)) => v4_is_node_local(v4),
+        Some(IpAddr::V6(v6)) => {
+            let link_local = (v6.segments()[0] & 0xffc0) == 0xfe80;
+            // fd00:ec2::254 is the EC2 metadata service over IPv6.
+            let metadata = v6 == Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
+            v6.is_loopback()
+                || v6.is_unspecified()
+                || link_local
+                || metadata
+                || v6.to_ipv4_mapped().is_some_and(v4_is_node_local)
+        }
+        None => false,
+    }
+}
+
+fn v4_is_node_local(v4: Ipv4Addr) -> bool {
+    v4.is_loopback() || v4.is_link_local() || v4.is_unspecified()
+}
+
+/// An address as resolvers read it: IPv6, or IPv4 in any `inet_aton` form (`127.1`,
+/// `0x7f.0.0.1`, `2130706433`), which a runtime's resolver would accept as well.
+fn parse_ip(name: &str) -> Option<IpAddr> {
+    if let Ok(ip) = name.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    let parts: Vec<u32> = name.split('.').map(inet_aton_part).collect::<Option<_>>()?;
+    let value = match parts.as_slice() {
+        [a] => *a,
+        [a, b] if *a < 256 && *b < (1 << 24) => (a << 24) | b,
+        [a, b, c] if *a < 256 && *b < 256 && *c < (1 << 16) => (a << 24) | (b << 16) | c,
+        [a, b, c, d] if [a, b, c, d].iter().all(|p| **p < 256) => (a << 24) | (b << 16) | (c << 8) | d,
+        _ => return None,
+    };
+    Some(IpAddr::V4(Ipv4Addr::from(value)))
+}
+
+fn inet_aton_part(part: &str) -> Option<u32> {
+    if let Some(hex) = part.strip_prefix("0x") {
+        u32::from_str_radix(hex, 16).ok()
+    } else if part.len() > 1 && part.starts_with('0') {
+        u32::from_str_radix(&part[1..], 8).ok()
+    } else if !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) {
+        part.parse().ok()
+    } else {
+        None
+    }
+}
+
 fn matches_entry(image: &str, entry: &str) -> bool {
     let entry = entry.trim_end_matches('/');
     let Some(rest) = image.strip_prefix(entry) else {
@@ -77,10 +164,39 @@ mod tests {
             "nginx",
             "nginx:1.27",
             "ghcr.io/org/app@sha256:abc",
-            "localhost:5000/x",
             "registry:5000/a/b:c",
+            "10.0.0.5:5000/ctf/web",
+            "127.example.com/x",
         ] {
             assert_eq!(check(image, &[]), Ok(()), "{image}");
+        }
+    }
+
+    #[test]
+    fn node_local_registries_are_refused_even_when_allowed() {
+        let images = [
+            "localhost:5000/x",
+            "LOCALHOST:5000/x",
+            "127.0.0.1:5000/x",
+            "127.1/x",
+            "0x7f.0.0.1/x",
+            "2130706433:80/x",
+            "017700000001:80/x",
+            "0.0.0.0:5000/x",
+            "169.254.169.254/latest",
+            "169.254.170.2:80/creds",
+            "[::1]:5000/x",
+            "[fe80::1]/x",
+            "[::ffff:127.0.0.1]:5000/x",
+            "[fd00:ec2::254]/x",
+            "registry.localhost/x",
+            "instance-data.ec2.internal/x",
+        ];
+        for image in images {
+            let err = check(image, &[]).unwrap_err();
+            assert!(err.contains("loopback or link-local"), "{image}: {err}");
+            let allowed = allow(&[image.split('/').next().unwrap()]);
+            assert!(check(image, &allowed).unwrap_err().contains("loopback"), "{image}");
         }
     }
 

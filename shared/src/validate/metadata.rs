@@ -1,42 +1,47 @@
 //! Rules for the Pod's `metadata`. `name`, `generateName` and `namespace` are accepted and
-//! then replaced (existing platforms send manifests that name their pod); fields the cluster
-//! sets, finalizers and owner references are refused; label and annotation keys may not use
-//! reserved prefixes.
+//! then replaced (existing platforms send manifests that name their pod); `creationTimestamp`,
+//! `uid`, `generation` and `selfLink` (in `kubectl get -o yaml` output) are accepted and
+//! dropped, as the apiserver overwrites them on create; other fields the cluster sets,
+//! finalizers and owner references are refused.
+//!
+//! Label and annotation keys must match the configured allowlists (`*` matches any run of
+//! characters but `/`). Keys steer add-ons (CNI multiplexers, node-IAM proxies, autoscalers),
+//! so annotations default to unprefixed keys only (private to the author by Kubernetes
+//! convention) plus kubectl's informational ones. Keys under `kubernetes.io`/`k8s.io` pass
+//! only when an entry names them exactly, and ours never.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::Rejection;
+use super::{Rejection, ValidationPolicy};
 use crate::model::{MANAGED_BY_LABEL, OWN_LABEL_PREFIX};
 
 const RESERVED_KEY: &str = "keys under kubernetes.io, k8s.io and stack-provisioner/ are reserved";
 
-pub fn check(meta: &ObjectMeta) -> Result<(), Rejection> {
+pub fn check(meta: &ObjectMeta, policy: &ValidationPolicy) -> Result<(), Rejection> {
     let ObjectMeta {
         annotations,
-        creation_timestamp,
+        // Overwritten by the apiserver on create; dropped by `harden`.
+        creation_timestamp: _,
         deletion_grace_period_seconds,
         deletion_timestamp,
         finalizers,
         generate_name: _,
-        generation,
+        generation: _,
         labels,
         managed_fields,
         name: _,
         namespace: _,
         owner_references,
         resource_version,
-        self_link,
-        uid,
+        self_link: _,
+        uid: _,
     } = meta;
+    // A resourceVersion makes the apiserver refuse a create; the others would mean something.
     let set_by_cluster = [
-        ("creationTimestamp", creation_timestamp.is_some()),
         ("deletionGracePeriodSeconds", deletion_grace_period_seconds.is_some()),
         ("deletionTimestamp", deletion_timestamp.is_some()),
-        ("generation", generation.is_some()),
         ("managedFields", managed_fields.is_some()),
         ("resourceVersion", resource_version.is_some()),
-        ("selfLink", self_link.is_some()),
-        ("uid", uid.is_some()),
     ];
     if let Some((field, _)) = set_by_cluster.iter().find(|(_, set)| *set) {
         return Err(Rejection::forbidden_because(
@@ -56,15 +61,104 @@ pub fn check(meta: &ObjectMeta) -> Result<(), Rejection> {
             "stacks are owned by the provisioner",
         ));
     }
-    for (field, map) in [("labels", labels), ("annotations", annotations)] {
-        if let Some(key) = map.iter().flat_map(|m| m.keys()).find(|key| is_reserved_key(key)) {
-            return Err(Rejection::forbidden_because(
-                format!("metadata.{field}.{key}"),
-                RESERVED_KEY,
-            ));
+    for (field, map, allowlist) in [
+        ("labels", labels, &policy.label_allowlist),
+        ("annotations", annotations, &policy.annotation_allowlist),
+    ] {
+        for (key, value) in map.iter().flatten() {
+            // What the apiserver would refuse after the stack's other objects exist.
+            if !is_qualified_name(key) {
+                return Err(Rejection::new(
+                    format!("metadata.{field}.{key}"),
+                    "is not a valid key (an optional DNS-subdomain prefix and '/', then a name of at most 63 letters, digits, '-', '_' or '.')",
+                ));
+            }
+            if field == "labels" && !is_label_value(value) {
+                return Err(Rejection::new(
+                    format!("metadata.{field}.{key}"),
+                    "must be at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
+                ));
+            }
+            let named = allowlist.iter().any(|entry| entry == key);
+            if is_own_key(key) || (is_reserved_key(key) && !named) {
+                return Err(Rejection::forbidden_because(
+                    format!("metadata.{field}.{key}"),
+                    RESERVED_KEY,
+                ));
+            }
+            if !named && !allowlist.iter().any(|entry| key_matches(entry, key)) {
+                return Err(Rejection::forbidden_because(
+                    format!("metadata.{field}.{key}"),
+                    &format!("the key is not in the {field} allowlist ({})", allowlist.join(", ")),
+                ));
+            }
         }
     }
+    let annotation_bytes: usize = annotations.iter().flatten().map(|(k, v)| k.len() + v.len()).sum();
+    if annotation_bytes > MAX_ANNOTATION_BYTES {
+        return Err(Rejection::new(
+            "metadata.annotations",
+            format!("must total at most {MAX_ANNOTATION_BYTES} bytes"),
+        ));
+    }
     Ok(())
+}
+
+/// The apiserver's limit on all annotations of an object.
+const MAX_ANNOTATION_BYTES: usize = 256 * 1024;
+
+/// Kubernetes' qualified name: `[prefix/]name`.
+fn is_qualified_name(key: &str) -> bool {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    let prefix_ok = prefix.is_none_or(|p| {
+        !p.is_empty()
+            && p.len() <= 253
+            && p.split('.').all(|label| {
+                !label.is_empty()
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                    && !label.starts_with('-')
+                    && !label.ends_with('-')
+            })
+    });
+    prefix_ok && !name.is_empty() && is_label_value(name)
+}
+
+/// At most 63 of `[A-Za-z0-9._-]`, alphanumeric at both ends (empty allowed).
+fn is_label_value(value: &str) -> bool {
+    value.is_empty()
+        || (value.len() <= 63
+            && value
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+            && value.as_bytes()[0].is_ascii_alphanumeric()
+            && value.as_bytes()[value.len() - 1].is_ascii_alphanumeric())
+}
+
+/// `pattern` with `*` matching any run of characters but `/`.
+fn key_matches(pattern: &str, key: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == key,
+        Some((head, tail)) => key.strip_prefix(head).is_some_and(|rest| {
+            // Try every split of `rest` where the `*` part has no '/'.
+            rest.char_indices()
+                .map(|(at, _)| at)
+                .chain([rest.len()])
+                .take_while(|at| !rest[..*at].contains('/'))
+                .any(|at| key_matches(tail, &rest[at..]))
+        }),
+    }
+}
+
+fn is_own_key(key: &str) -> bool {
+    key.eq_ignore_ascii_case(MANAGED_BY_LABEL)
+        || key
+            .split_once('/')
+            .is_some_and(|(prefix, _)| format!("{}/", prefix.to_ascii_lowercase()) == OWN_LABEL_PREFIX)
 }
 
 /// Keys under `kubernetes.io` / `k8s.io` (and their subdomains, which hold the AppArmor and
@@ -76,9 +170,6 @@ fn is_reserved_key(key: &str) -> bool {
         return false;
     };
     let prefix = prefix.to_ascii_lowercase();
-    if key.eq_ignore_ascii_case(MANAGED_BY_LABEL) || format!("{prefix}/") == OWN_LABEL_PREFIX {
-        return true;
-    }
     if prefix == "app.kubernetes.io" {
         return false;
     }
@@ -92,6 +183,11 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::validate::tests::policy;
+
+    fn check(meta: &ObjectMeta) -> Result<(), Rejection> {
+        super::check(meta, &policy())
+    }
 
     fn with_label(key: &str) -> ObjectMeta {
         ObjectMeta {
@@ -124,7 +220,91 @@ mod tests {
             "notk8s.io/x",
         ] {
             assert_eq!(check(&with_label(key)), Ok(()), "{key}");
+        }
+        for key in [
+            "description",
+            "app.kubernetes.io/name",
+            "kubectl.kubernetes.io/default-container",
+            "kubectl.kubernetes.io/last-applied-configuration",
+        ] {
             assert_eq!(check(&with_annotation(key)), Ok(()), "{key}");
+        }
+    }
+
+    #[test]
+    fn annotations_outside_the_allowlist_are_refused() {
+        for key in [
+            "k8s.v1.cni.cncf.io/networks",
+            "iam.amazonaws.com/role",
+            "karpenter.sh/do-not-disrupt",
+            "cluster-autoscaler.kubernetes.io/safe-to-evict",
+            "sidecar.istio.io/inject",
+            "example.com/team",
+        ] {
+            let r = check(&with_annotation(key)).unwrap_err();
+            assert_eq!(r.path, format!("metadata.annotations.{key}"));
+            assert!(r.problem.starts_with("is forbidden"), "{r}");
+        }
+        let team = ValidationPolicy {
+            annotation_allowlist: vec!["ctf.example.com/*".into(), "kubernetes.io/x".into()],
+            label_allowlist: vec!["challenge".into()],
+            ..policy()
+        };
+        let ok = |meta: &ObjectMeta| super::check(meta, &team);
+        assert_eq!(ok(&with_annotation("ctf.example.com/author")), Ok(()));
+        assert_eq!(ok(&with_annotation("kubernetes.io/x")), Ok(()), "named exactly");
+        assert!(ok(&with_annotation("description")).is_err());
+        assert!(ok(&with_annotation("ctf.example.com/a/b")).is_err());
+        assert_eq!(ok(&with_label("challenge")), Ok(()));
+        assert!(ok(&with_label("app")).is_err());
+    }
+
+    #[test]
+    fn keys_and_label_values_the_apiserver_refuses_are_refused_here() {
+        for key in [
+            "",
+            "/x",
+            "a/b/c",
+            "Example.com/x",
+            "x/",
+            "-a",
+            "a b",
+            &"a".repeat(64),
+            "ex_ample.com/x",
+        ] {
+            assert!(check(&with_label(key)).is_err(), "{key:?}");
+            assert!(check(&with_annotation(key)).is_err(), "{key:?}");
+        }
+        for value in ["-x", "x-", "a b", &"v".repeat(64)] {
+            let meta = ObjectMeta {
+                labels: Some(BTreeMap::from([("app".to_owned(), value.to_owned())])),
+                ..Default::default()
+            };
+            assert!(check(&meta).is_err(), "{value:?}");
+        }
+        let big = ObjectMeta {
+            annotations: Some((0..300).map(|i| (format!("k{i}"), "v".repeat(1000))).collect()),
+            ..Default::default()
+        };
+        assert_eq!(check(&big).unwrap_err().path, "metadata.annotations");
+    }
+
+    #[test]
+    fn key_patterns() {
+        let rows = [
+            ("*", "app", true),
+            ("*", "example.com/app", false),
+            ("*/*", "example.com/app", true),
+            ("ctf.io/*", "ctf.io/x", true),
+            ("ctf.io/*", "ctf.io/", true),
+            ("ctf.io/*", "evil.ctf.io/x", false),
+            ("*.ctf.io/*", "team.ctf.io/x", true),
+            ("*.ctf.io/*", "a/b.ctf.io/x", false),
+            ("exact", "exact", true),
+            ("exact", "exactly", false),
+        ];
+        for (pattern, key, want) in rows {
+            assert_eq!(key_matches(pattern, key), want, "{pattern} {key}");
         }
     }
 
@@ -137,7 +317,6 @@ mod tests {
             "seccomp.security.alpha.kubernetes.io/pod",
             "k8s.io/x",
             "x.k8s.io/y",
-            "Node.Kubernetes.IO/x",
             "stack-provisioner/stack-id",
             "stack-provisioner/other",
             "app.kubernetes.io/managed-by",
@@ -154,27 +333,20 @@ mod tests {
 
     #[test]
     fn cluster_owned_fields_are_rejected() {
+        let overwritten = ObjectMeta {
+            uid: Some("u".into()),
+            generation: Some(1),
+            self_link: Some("/api/v1/x".into()),
+            ..Default::default()
+        };
+        assert_eq!(check(&overwritten), Ok(()));
         let cases = [
-            (
-                ObjectMeta {
-                    uid: Some("u".into()),
-                    ..Default::default()
-                },
-                "metadata.uid",
-            ),
             (
                 ObjectMeta {
                     resource_version: Some("1".into()),
                     ..Default::default()
                 },
                 "metadata.resourceVersion",
-            ),
-            (
-                ObjectMeta {
-                    generation: Some(1),
-                    ..Default::default()
-                },
-                "metadata.generation",
             ),
             (
                 ObjectMeta {

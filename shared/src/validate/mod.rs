@@ -1,8 +1,10 @@
 //! The manifest validator: turns the Pod manifest a CTF platform sends into the hardened Pod that
 //! is actually applied, or says which field breaks which rule. Pure: no I/O, no clock.
 //!
-//! Steps, each in its own module: bounded YAML parsing (`bounded_yaml`), the Pod schema with
-//! unknown fields refused (`schema`), metadata, pod-level, container and volume rules, target
+//! Steps, each in its own module: bounded YAML parsing (`bounded_yaml`, with `nesting` as its
+//! first pass), kubectl's YAML 1.1 reading of integer and boolean fields (`yaml11`), the Pod
+//! schema with unknown fields refused (`schema`), metadata, per-pod counts (`bounds`),
+//! pod-level, container and volume rules, Secret/ConfigMap references (`references`), target
 //! ports, resource normalization and accounting (`resources`), then the forced settings
 //! (`harden`).
 //!
@@ -12,6 +14,7 @@
 //! `volumes` and `resources` (normalization to the limit).
 
 mod bounded_yaml;
+mod bounds;
 mod containers;
 mod harden;
 mod images;
@@ -21,10 +24,12 @@ mod pod_spec;
 mod policy;
 mod ports;
 pub mod quantity;
+mod references;
 mod rejection;
 mod resources;
 mod schema;
 mod volumes;
+mod yaml11;
 
 #[cfg(test)]
 mod tests;
@@ -60,14 +65,18 @@ pub fn validate(
     policy: &ValidationPolicy,
 ) -> Result<HardenedPod, Rejection> {
     validate_target_ports(target_ports)?;
-    let raw = bounded_yaml::parse(manifest_yaml, policy.max_manifest_bytes)?;
+    let (mut raw, scan) = bounded_yaml::read(manifest_yaml, policy.max_manifest_bytes)?;
+    bounds::check_raw(&raw, policy)?;
+    yaml11::coerce(&mut raw, &scan.plain_yaml11);
     let mut pod = schema::read_pod(&raw)?;
     drop(raw);
-    metadata::check(&pod.metadata)?;
+    metadata::check(&pod.metadata, policy)?;
     let spec = pod.spec.as_mut().ok_or_else(|| Rejection::required("spec"))?;
+    bounds::check(spec, policy)?;
     pod_spec::check(spec, policy)?;
     containers::check(spec, policy)?;
     volumes::check(spec)?;
+    references::check(spec, policy)?;
     ports::check_declared(target_ports, &spec.containers)?;
     let totals = resources::normalize(spec, policy)?;
     volumes::cap_empty_dirs(spec, policy.ephemeral_storage_limit);

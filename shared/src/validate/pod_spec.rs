@@ -1,8 +1,18 @@
 //! Pod-level `spec` fields. Every field of `PodSpec` is named below (no `..`), so a new field in
 //! an upgraded k8s-openapi fails to compile until someone decides whether it is safe.
 //! Containers, volumes and resources have their own modules.
+//!
+//! Values the cluster itself would set (`kubectl get -o yaml` output) are accepted where they
+//! ask for nothing: an empty `securityContext`, `serviceAccountName: default`, `schedulerName:
+//! default-scheduler`, `priority: 0` with `preemptionPolicy: PreemptLowerPriority`, the
+//! not-ready/unreachable tolerations the apiserver adds, and `enableServiceLinks: true`
+//! (forced to false like `restartPolicy` to Never).
 
-use k8s_openapi::api::core::v1::{Affinity, PodSpec, Toleration};
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{
+    Affinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PodSecurityContext, PodSpec, Toleration,
+};
 
 use super::{Rejection, ValidationPolicy};
 
@@ -19,7 +29,8 @@ pub fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rejection>
         // Resolver settings only change which DNS server the pod itself asks.
         dns_config: _,
         dns_policy: _,
-        enable_service_links,
+        // Forced to false whatever the manifest says (`kubectl get -o yaml` shows true).
+        enable_service_links: _,
         ephemeral_containers,
         // Entries in the pod's own /etc/hosts.
         host_aliases: _,
@@ -78,26 +89,29 @@ pub fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rejection>
             "only false (a user namespace) is allowed",
         ));
     }
+    let not_default = |value: &Option<String>, default: &str| value.as_deref().is_some_and(|v| v != default);
     let forbidden = [
         (
             "securityContext",
-            security_context.is_some(),
+            security_context
+                .as_ref()
+                .is_some_and(|sc| *sc != PodSecurityContext::default()),
             "it is set by the provisioner",
         ),
         (
             "serviceAccount",
-            service_account.is_some(),
+            not_default(service_account, "default"),
             "stacks run without a service account",
         ),
         (
             "serviceAccountName",
-            service_account_name.is_some(),
+            not_default(service_account_name, "default"),
             "stacks run without a service account",
         ),
         ("nodeName", node_name.is_some(), "it bypasses the scheduler"),
         (
             "schedulerName",
-            scheduler_name.is_some(),
+            not_default(scheduler_name, "default-scheduler"),
             "stacks use the default scheduler",
         ),
         (
@@ -106,7 +120,11 @@ pub fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rejection>
             "stacks use the default runtime",
         ),
         ("overhead", overhead.is_some(), "it is set by the cluster"),
-        ("priority", priority.is_some(), "stacks may not preempt other pods"),
+        (
+            "priority",
+            priority.is_some_and(|p| p != 0),
+            "stacks may not preempt other pods",
+        ),
         (
             "priorityClassName",
             priority_class_name.is_some(),
@@ -114,7 +132,7 @@ pub fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rejection>
         ),
         (
             "preemptionPolicy",
-            preemption_policy.is_some(),
+            not_default(preemption_policy, "PreemptLowerPriority"),
             "stacks may not preempt other pods",
         ),
         (
@@ -148,12 +166,6 @@ pub fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rejection>
             "stacks get no API token",
         ));
     }
-    if *enable_service_links == Some(true) {
-        return Err(Rejection::forbidden_because(
-            "spec.enableServiceLinks",
-            "it would expose other stacks' services",
-        ));
-    }
     if active_deadline_seconds.is_some_and(|secs| secs <= 0) {
         return Err(Rejection::new("spec.activeDeadlineSeconds", "must be positive"));
     }
@@ -181,7 +193,7 @@ pub fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rejection>
         }
     }
     if let Some(affinity) = affinity {
-        check_affinity(affinity)?;
+        check_affinity(affinity, &policy.node_role)?;
     }
     for (index, toleration) in tolerations.iter().flatten().enumerate() {
         check_toleration(toleration, &format!("spec.tolerations[{index}]"))?;
@@ -189,15 +201,36 @@ pub fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rejection>
     Ok(())
 }
 
-/// Node affinity only narrows the forced `role` node selector, so it is harmless. Pod
-/// (anti-)affinity is refused: required anti-affinity on an existing pod also repels other
-/// pods, which would let one stack keep others off its node.
-fn check_affinity(affinity: &Affinity) -> Result<(), Rejection> {
+/// Node affinity only narrows the forced `role` node selector, so it is harmless, unless its
+/// required terms can match no stack node at all: such a pod would stay pending forever, so
+/// it is a 400 here rather than a 503 later. Pod (anti-)affinity is refused: required
+/// anti-affinity on an existing pod also repels other pods, which would let one stack keep
+/// others off its node.
+fn check_affinity(affinity: &Affinity, node_role: &str) -> Result<(), Rejection> {
     let Affinity {
-        node_affinity: _,
+        node_affinity,
         pod_affinity,
         pod_anti_affinity,
     } = affinity;
+    let required = node_affinity
+        .as_ref()
+        .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref());
+    if let Some(required) = required {
+        check_required_node_affinity(required, node_role)?;
+    }
+    let preferred = node_affinity
+        .as_ref()
+        .and_then(|a| a.preferred_during_scheduling_ignored_during_execution.as_ref());
+    const PREFERRED: &str = "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution";
+    for (index, term) in preferred.iter().flat_map(|p| p.iter()).enumerate() {
+        if !(1..=100).contains(&term.weight) {
+            return Err(Rejection::new(
+                format!("{PREFERRED}[{index}].weight"),
+                "must be between 1 and 100",
+            ));
+        }
+        check_term_shape(&term.preference, &format!("{PREFERRED}[{index}].preference"))?;
+    }
     if pod_affinity.is_some() {
         return Err(Rejection::forbidden_because(
             "spec.affinity.podAffinity",
@@ -213,11 +246,162 @@ fn check_affinity(affinity: &Affinity) -> Result<(), Rejection> {
     Ok(())
 }
 
+const REQUIRED: &str = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution";
+
+/// The terms are ORed: the pod can be placed if one of them, together with the forced
+/// `role` selector, can match some node.
+fn check_required_node_affinity(required: &NodeSelector, node_role: &str) -> Result<(), Rejection> {
+    if required.node_selector_terms.is_empty() {
+        return Err(Rejection::new(
+            format!("{REQUIRED}.nodeSelectorTerms"),
+            "must list at least one term",
+        ));
+    }
+    for (index, term) in required.node_selector_terms.iter().enumerate() {
+        check_term_shape(term, &format!("{REQUIRED}.nodeSelectorTerms[{index}]"))?;
+    }
+    if required
+        .node_selector_terms
+        .iter()
+        .all(|term| !term_can_match(term, node_role))
+    {
+        return Err(Rejection::new(
+            format!("{REQUIRED}.nodeSelectorTerms"),
+            format!("match no node with role={node_role}, the only nodes stacks run on"),
+        ));
+    }
+    Ok(())
+}
+
+/// What the apiserver would refuse about a term's requirements.
+fn check_term_shape(term: &NodeSelectorTerm, at: &str) -> Result<(), Rejection> {
+    let lists = [
+        ("matchExpressions", term.match_expressions.as_deref()),
+        ("matchFields", term.match_fields.as_deref()),
+    ];
+    for (list, requirements) in lists {
+        for (index, requirement) in requirements.unwrap_or_default().iter().enumerate() {
+            let at = format!("{at}.{list}[{index}]");
+            let values = requirement.values.as_deref().unwrap_or_default();
+            let problem = match requirement.operator.as_str() {
+                "In" | "NotIn" if values.is_empty() => Some("must list values for In and NotIn"),
+                "Exists" | "DoesNotExist" if !values.is_empty() => {
+                    Some("must list no values for Exists and DoesNotExist")
+                }
+                "Gt" | "Lt" if values.len() != 1 || values[0].parse::<i64>().is_err() => {
+                    Some("must list one integer value for Gt and Lt")
+                }
+                "In" | "NotIn" | "Exists" | "DoesNotExist" | "Gt" | "Lt" => None,
+                _ => {
+                    return Err(Rejection::new(
+                        format!("{at}.operator"),
+                        "must be In, NotIn, Exists, DoesNotExist, Gt or Lt",
+                    ));
+                }
+            };
+            if let Some(problem) = problem {
+                return Err(Rejection::new(format!("{at}.values"), problem));
+            }
+            if requirement.key.is_empty() {
+                return Err(Rejection::required(format!("{at}.key")));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether some node could satisfy `term` and `role=<node_role>`: the requirements of each key
+/// (field requirements on their own) must leave at least one possible value. An empty term
+/// matches nothing, as in Kubernetes.
+fn term_can_match(term: &NodeSelectorTerm, node_role: &str) -> bool {
+    let expressions = term.match_expressions.as_deref().unwrap_or_default();
+    let fields = term.match_fields.as_deref().unwrap_or_default();
+    if expressions.is_empty() && fields.is_empty() {
+        return false;
+    }
+    let role = NodeSelectorRequirement {
+        key: "role".into(),
+        operator: "In".into(),
+        values: Some(vec![node_role.to_owned()]),
+    };
+    satisfiable(expressions.iter().chain([&role])) && satisfiable(fields.iter())
+}
+
+fn satisfiable<'r>(requirements: impl Iterator<Item = &'r NodeSelectorRequirement>) -> bool {
+    let mut by_key: BTreeMap<&str, Vec<&NodeSelectorRequirement>> = BTreeMap::new();
+    for requirement in requirements {
+        by_key.entry(requirement.key.as_str()).or_default().push(requirement);
+    }
+    by_key.values().all(|requirements| key_satisfiable(requirements))
+}
+
+/// One label: `In` sets intersect, `NotIn` removes, `Gt`/`Lt` bound an integer value,
+/// `DoesNotExist` excludes everything else.
+fn key_satisfiable(requirements: &[&NodeSelectorRequirement]) -> bool {
+    let mut allowed: Option<BTreeSet<&str>> = None;
+    let mut excluded = BTreeSet::new();
+    let (mut must_exist, mut must_not_exist) = (false, false);
+    let (mut above, mut below) = (i64::MIN, i64::MAX);
+    let mut ranged = false;
+    for requirement in requirements {
+        let values = requirement.values.as_deref().unwrap_or_default();
+        let bound = || values.first().and_then(|v| v.parse::<i64>().ok());
+        match requirement.operator.as_str() {
+            "In" => {
+                must_exist = true;
+                let these: BTreeSet<&str> = values.iter().map(String::as_str).collect();
+                allowed = Some(match allowed {
+                    Some(before) => before.intersection(&these).copied().collect(),
+                    None => these,
+                });
+            }
+            "NotIn" => excluded.extend(values.iter().map(String::as_str)),
+            "Exists" => must_exist = true,
+            "DoesNotExist" => must_not_exist = true,
+            "Gt" => {
+                must_exist = true;
+                ranged = true;
+                above = above.max(bound().unwrap_or(i64::MAX));
+            }
+            "Lt" => {
+                must_exist = true;
+                ranged = true;
+                below = below.min(bound().unwrap_or(i64::MIN));
+            }
+            _ => {}
+        }
+    }
+    if must_not_exist {
+        return !must_exist;
+    }
+    let in_range = |value: &str| !ranged || value.parse::<i64>().is_ok_and(|v| v > above && v < below);
+    match allowed {
+        Some(allowed) => allowed.iter().any(|v| !excluded.contains(v) && in_range(v)),
+        // Any value would do, if the range has room (ignoring the rare fully excluded range).
+        None => !ranged || above.checked_add(1).is_some_and(|next| next < below),
+    }
+}
+
+/// The tolerations the apiserver adds to every pod (`DefaultTolerationSeconds`), as they
+/// appear in `kubectl get -o yaml`: keeping them changes nothing.
+fn is_default_toleration(toleration: &Toleration) -> bool {
+    matches!(
+        toleration.key.as_deref(),
+        Some("node.kubernetes.io/not-ready" | "node.kubernetes.io/unreachable")
+    ) && toleration.operator.as_deref() == Some("Exists")
+        && toleration.effect.as_deref() == Some("NoExecute")
+        && toleration.value.is_none()
+        && toleration.toleration_seconds.is_some_and(|s| (0..=300).contains(&s))
+}
+
 /// The forced node selector already keeps the pod on stack nodes, so a toleration can only
 /// matter among them. Accepted: a named, non-reserved taint with a scheduling-only effect.
 /// Refused: tolerating every taint (empty key), cluster taints (`*.kubernetes.io`, e.g.
 /// not-ready or unschedulable) and NoExecute, which would keep the pod on a node being drained.
 fn check_toleration(toleration: &Toleration, at: &str) -> Result<(), Rejection> {
+    if is_default_toleration(toleration) {
+        return Ok(());
+    }
     let Toleration {
         effect,
         key,

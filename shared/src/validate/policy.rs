@@ -1,6 +1,6 @@
 //! What the validator enforces, taken from the configuration once at start-up.
 
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, PodLimits};
 
 use super::quantity;
 
@@ -17,11 +17,23 @@ pub struct ValidationPolicy {
     pub max_cpu_milli: Option<i64>,
     /// `STACK_MAX_MEMORY_BYTES`: ceiling on the pod's effective memory request.
     pub max_memory_bytes: Option<i64>,
-    /// `STACK_EPHEMERAL_STORAGE_LIMIT` in bytes: every container's ephemeral-storage limit and
-    /// the cap on every emptyDir `sizeLimit`.
+    /// `STACK_EPHEMERAL_STORAGE_LIMIT` in bytes: the stack's ephemeral-storage budget, shared by
+    /// the limits of all its containers, and the cap on every emptyDir `sizeLimit`.
     pub ephemeral_storage_limit: i64,
     /// `STACK_IMAGE_ALLOWLIST`: registry/repository prefixes images must start with; empty allows any.
     pub image_allowlist: Vec<String>,
+    /// `STACK_SHARED_CONFIGMAPS`: the only ConfigMaps a manifest may reference.
+    pub shared_config_maps: Vec<String>,
+    /// `STACK_SHARED_SECRETS`: the only Secrets a manifest may reference.
+    pub shared_secrets: Vec<String>,
+    /// `STACK_IMAGE_PULL_SECRETS`: the only Secrets `imagePullSecrets` may name.
+    pub image_pull_secrets: Vec<String>,
+    /// `STACK_LABEL_ALLOWLIST`: label key patterns.
+    pub label_allowlist: Vec<String>,
+    /// `STACK_ANNOTATION_ALLOWLIST`: annotation key patterns.
+    pub annotation_allowlist: Vec<String>,
+    /// `STACK_MAX_CONTAINERS` and friends.
+    pub pod_limits: PodLimits,
     /// Longest manifest accepted, in bytes.
     pub max_manifest_bytes: usize,
 }
@@ -56,6 +68,12 @@ impl ValidationPolicy {
             max_memory_bytes: config.max_memory_bytes,
             ephemeral_storage_limit,
             image_allowlist: config.image_allowlist.clone(),
+            shared_config_maps: config.shared_config_maps.clone(),
+            shared_secrets: config.shared_secrets.clone(),
+            image_pull_secrets: config.image_pull_secrets.clone(),
+            label_allowlist: config.label_allowlist.clone(),
+            annotation_allowlist: config.annotation_allowlist.clone(),
+            pod_limits: config.pod_limits,
             max_manifest_bytes: Self::DEFAULT_MAX_MANIFEST_BYTES,
         })
     }
@@ -83,8 +101,19 @@ mod tests {
             ("STACK_MAX_CPU_MILLI", "2000"),
             ("STACK_EPHEMERAL_STORAGE_LIMIT", "512Mi"),
             ("STACK_IMAGE_ALLOWLIST", "registry.example.com/ctf/, ghcr.io/org/"),
+            ("STACK_SHARED_CONFIGMAPS", "scripts"),
+            ("STACK_SHARED_SECRETS", "flag,motd"),
+            ("STACK_IMAGE_PULL_SECRETS", "regcred"),
+            ("STACK_ANNOTATION_ALLOWLIST", "ctf.example.com/*"),
+            ("STACK_MAX_VOLUMES", "4"),
         ]))
         .unwrap();
+        assert_eq!(policy.shared_config_maps, ["scripts"]);
+        assert_eq!(policy.shared_secrets, ["flag", "motd"]);
+        assert_eq!(policy.image_pull_secrets, ["regcred"]);
+        assert_eq!(policy.annotation_allowlist, ["ctf.example.com/*"]);
+        assert_eq!(policy.label_allowlist, ["*", "*/*"]);
+        assert_eq!(policy.pod_limits.volumes, 4);
         assert_eq!(policy.namespace, "ctf");
         assert_eq!(policy.node_role, "chall");
         assert_eq!(policy.max_lifetime_secs, 8 * 3600);

@@ -4,8 +4,10 @@
 //! `fuzz` the property tests and `bench` the timings.
 
 mod bench;
+mod corpus;
 mod fuzz;
 mod output;
+mod principles;
 mod round_trip;
 mod rules;
 
@@ -24,8 +26,21 @@ pub(super) fn policy() -> ValidationPolicy {
         max_memory_bytes: Some(8 << 30),
         ephemeral_storage_limit: 1 << 30,
         image_allowlist: Vec::new(),
+        shared_config_maps: strings(&["cfg", "c", "web-cfg", "scripts"]),
+        shared_secrets: strings(&["flag", "s"]),
+        image_pull_secrets: strings(&["pull"]),
+        label_allowlist: strings(crate::config::DEFAULT_LABEL_ALLOWLIST),
+        annotation_allowlist: strings(crate::config::DEFAULT_ANNOTATION_ALLOWLIST),
+        pod_limits: crate::config::PodLimits::DEFAULT,
         max_manifest_bytes: ValidationPolicy::DEFAULT_MAX_MANIFEST_BYTES,
     }
+}
+
+/// JSON-pointer edits of [`base`].
+pub(super) type Edits<'a> = Vec<(&'a str, Value)>;
+
+pub(super) fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
 }
 
 pub(super) fn stack_id() -> StackId {

@@ -54,6 +54,27 @@ const KEYS: &[&str] = &[
     "env",
     "value",
     "<<",
+    "secret",
+    "secretName",
+    "envFrom",
+    "secretRef",
+    "valueFrom",
+    "secretKeyRef",
+    "imagePullSecrets",
+    "defaultMode",
+    "livenessProbe",
+    "periodSeconds",
+    "terminationGracePeriodSeconds",
+    "lifecycle",
+    "preStop",
+    "sleep",
+    "seconds",
+    "nodeAffinity",
+    "requiredDuringSchedulingIgnoredDuringExecution",
+    "nodeSelectorTerms",
+    "matchExpressions",
+    "operator",
+    "values",
 ];
 
 const POINTERS: &[&str] = &[
@@ -73,6 +94,11 @@ const POINTERS: &[&str] = &[
     "/spec/containers/0/volumeMounts",
     "/spec/containers/0/env",
     "/spec/containers/0/name",
+    "/spec/containers/0/envFrom",
+    "/spec/imagePullSecrets",
+    "/spec/containers/0/livenessProbe",
+    "/spec/affinity",
+    "/metadata/annotations",
 ];
 
 fn scalar() -> impl Strategy<Value = Value> {
@@ -125,6 +151,75 @@ fn plausible_edit() -> impl Strategy<Value = (&'static str, Value)> {
         )),
         "[A-Z_]{1,8}".prop_map(|n| ("/spec/containers/0/env", json!([{"name": n, "value": "x"}]))),
         any::<bool>().prop_map(|b| ("/spec/shareProcessNamespace", json!(b))),
+        prop::sample::select(vec!["flag", "s", "registry-creds", "db"]).prop_map(|name| (
+            "/spec/volumes",
+            json!([{"name": "sec", "secret": {"secretName": name}}])
+        )),
+        prop::sample::select(vec!["cfg", "web-cfg", "aws-auth", "kube-root-ca.crt"])
+            .prop_map(|name| ("/spec/containers/0/envFrom", json!([{"configMapRef": {"name": name}}]))),
+        prop::sample::select(vec!["pull", "flag", "regcred"])
+            .prop_map(|name| ("/spec/imagePullSecrets", json!([{"name": name}]))),
+        prop::sample::select(vec![
+            "description",
+            "author",
+            "app.kubernetes.io/name",
+            "iam.amazonaws.com/role",
+            "k8s.v1.cni.cncf.io/networks",
+            "karpenter.sh/do-not-disrupt",
+            "example.com/x"
+        ])
+        .prop_map(|key| ("/metadata/annotations", json!({key: "v"}))),
+        (
+            prop::sample::select(vec![
+                "initialDelaySeconds",
+                "periodSeconds",
+                "timeoutSeconds",
+                "failureThreshold",
+                "terminationGracePeriodSeconds"
+            ]),
+            -10i64..100_000
+        )
+            .prop_map(|(field, value)| (
+                "/spec/containers/0/livenessProbe",
+                json!({"tcpSocket": {"port": 80}, field: value})
+            )),
+        (-10i64..100).prop_map(|secs| (
+            "/spec/containers/0/lifecycle",
+            json!({"preStop": {"sleep": {"seconds": secs}}})
+        )),
+        prop::sample::select(vec![
+            "localhost:5000/x",
+            "127.1/x",
+            "169.254.169.254/x",
+            "[::1]/x",
+            "registry.example.com/ctf/x",
+            "nginx"
+        ])
+        .prop_map(|image| ("/spec/containers/0/image", json!(image))),
+        (
+            prop::sample::select(vec!["In", "NotIn", "Exists", "DoesNotExist"]),
+            prop::sample::select(vec!["stack", "gpu"])
+        )
+            .prop_map(|(operator, value)| {
+                let mut expression = json!({"key": "role", "operator": operator});
+                if matches!(operator, "In" | "NotIn") {
+                    expression["values"] = json!([value]);
+                }
+                (
+                    "/spec/affinity",
+                    json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                    {"nodeSelectorTerms": [{"matchExpressions": [expression]}]}}}),
+                )
+            }),
+        (0usize..12).prop_map(|n| (
+            "/spec/initContainers",
+            Value::Array(
+                (0..n)
+                    .map(|i| json!({"name": format!("i{i}"), "image": "busybox",
+                "resources": {"limits": {"cpu": "10m", "memory": "8Mi"}}}))
+                    .collect()
+            )
+        )),
     ]
 }
 
@@ -143,8 +238,107 @@ fn assert_hardened(hardened: &HardenedPod) {
             .all(|c| c.security_context.as_ref().and_then(|s| s.privileged) == Some(false))
     );
     assert!(hardened.requested_cpu_milli > 0 && hardened.requested_memory_bytes > 0);
+    assert_within_issue_10_rules(hardened);
     let reparsed: k8s_openapi::api::core::v1::Pod = serde_yaml::from_str(&hardened.yaml).expect("output parses");
     assert_eq!(&reparsed, &hardened.pod);
+}
+
+/// Issue 10's rules, checked on the output rather than re-derived from the input.
+fn assert_within_issue_10_rules(hardened: &HardenedPod) {
+    let policy = policy();
+    let spec = hardened.pod.spec.as_ref().expect("spec");
+    let all: Vec<&k8s_openapi::api::core::v1::Container> = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .collect();
+    let limits = policy.pod_limits;
+    assert!(spec.containers.len() <= limits.containers);
+    assert!(spec.init_containers.as_ref().map_or(0, Vec::len) <= limits.init_containers);
+    assert!(spec.volumes.as_ref().map_or(0, Vec::len) <= limits.volumes);
+    let storage: i64 = all
+        .iter()
+        .map(|c| {
+            let quantity = &c.resources.as_ref().unwrap().limits.as_ref().unwrap()["ephemeral-storage"];
+            crate::validate::quantity::parse_bytes(&quantity.0).expect("bytes")
+        })
+        .sum();
+    assert!(storage <= policy.ephemeral_storage_limit, "{storage}");
+    let shared_secret = |name: &str| policy.shared_secrets.iter().any(|s| s == name);
+    let shared_map = |name: &str| policy.shared_config_maps.iter().any(|s| s == name);
+    for volume in spec.volumes.iter().flatten() {
+        if let Some(secret) = &volume.secret {
+            assert!(shared_secret(secret.secret_name.as_deref().unwrap_or_default()));
+        }
+        if let Some(map) = &volume.config_map {
+            assert!(shared_map(&map.name));
+        }
+    }
+    for c in &all {
+        for from in c.env_from.iter().flatten() {
+            assert!(from.config_map_ref.as_ref().is_none_or(|r| shared_map(&r.name)));
+            assert!(from.secret_ref.as_ref().is_none_or(|r| shared_secret(&r.name)));
+        }
+        let image = c.image.as_deref().unwrap_or_default();
+        if let Some((registry, _)) = image.split_once('/') {
+            let local = ["localhost", "127.", "169.254.", "[::1]"]
+                .iter()
+                .any(|p| registry.to_ascii_lowercase().starts_with(p));
+            assert!(
+                !local || !(registry.contains(['.', ':']) || registry.eq_ignore_ascii_case("localhost")),
+                "{image}"
+            );
+        }
+        for probe in [&c.liveness_probe, &c.readiness_probe, &c.startup_probe]
+            .into_iter()
+            .flatten()
+        {
+            for seconds in [probe.initial_delay_seconds, probe.period_seconds, probe.timeout_seconds]
+                .into_iter()
+                .flatten()
+            {
+                assert!((0..=3600).contains(&seconds));
+            }
+            assert!(
+                probe
+                    .termination_grace_period_seconds
+                    .is_none_or(|s| (1..=30).contains(&s))
+            );
+        }
+        let sleep = c
+            .lifecycle
+            .as_ref()
+            .and_then(|l| l.pre_stop.as_ref())
+            .and_then(|h| h.sleep.as_ref());
+        assert!(sleep.is_none_or(|s| (0..=30).contains(&s.seconds)));
+    }
+    for pull in spec.image_pull_secrets.iter().flatten() {
+        assert!(policy.image_pull_secrets.contains(&pull.name));
+    }
+    for key in hardened.pod.metadata.annotations.iter().flat_map(|a| a.keys()) {
+        assert!(
+            !key.contains('/') || key.starts_with("app.kubernetes.io/") || key.starts_with("kubectl.kubernetes.io/"),
+            "{key}"
+        );
+    }
+    let terms = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref());
+    for term in terms.iter().flat_map(|t| t.node_selector_terms.iter()) {
+        // Generated terms have one role expression: accepted only if a stack node matches it.
+        for e in term.match_expressions.iter().flatten().filter(|e| e.key == "role") {
+            let listed = e.values.iter().flatten().any(|v| v == "stack");
+            let matches = match e.operator.as_str() {
+                "In" => listed,
+                "NotIn" => !listed,
+                "Exists" => true,
+                _ => false,
+            };
+            assert!(matches, "{e:?}");
+        }
+    }
 }
 
 proptest! {
@@ -184,6 +378,22 @@ proptest! {
             assert_hardened(&hardened);
             let again = validate(&without_forced_fields(&hardened.pod), &[tcp(80)], &stack_id(), &policy());
             prop_assert_eq!(again, Ok(hardened));
+        }
+    }
+
+    #[test]
+    fn octal_modes_in_plain_yaml_are_read_as_kubectl_reads_them(mode in 0u32..=0o777, quoted in any::<bool>()) {
+        let text = if quoted { format!("'0{mode:o}'") } else { format!("0{mode:o}") };
+        let yaml = format!(
+            "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: a\n    image: busybox\n    ports: [{{containerPort: 80}}]\n    resources: {{limits: {{cpu: 1, memory: 1Gi}}}}\n  volumes:\n  - name: s\n    configMap: {{name: cfg, defaultMode: {text}}}\n"
+        );
+        let got = validate(&yaml, &[tcp(80)], &stack_id(), &policy());
+        if quoted {
+            // A string, as kubectl reads it too: refused at the field.
+            prop_assert_eq!(got.unwrap_err().path, "spec.volumes[0].configMap.defaultMode");
+        } else {
+            let volumes = got.unwrap().pod.spec.unwrap().volumes.unwrap();
+            prop_assert_eq!(volumes[0].config_map.as_ref().unwrap().default_mode, Some(mode as i32));
         }
     }
 

@@ -39,11 +39,151 @@ fn forced_settings_are_applied() {
     });
     assert_eq!(spec["containers"][0]["securityContext"], hardened_container);
     assert_eq!(spec["initContainers"][0]["securityContext"], hardened_container);
-    assert_eq!(spec["containers"][0]["resources"]["limits"]["ephemeral-storage"], "1Gi");
+    // The 1 GiB per-stack budget, shared by the two containers.
+    assert_eq!(
+        spec["containers"][0]["resources"]["limits"]["ephemeral-storage"],
+        "512Mi"
+    );
     assert_eq!(
         spec["initContainers"][0]["resources"]["limits"]["ephemeral-storage"],
-        "1Gi"
+        "512Mi"
     );
+}
+
+#[test]
+fn ephemeral_storage_is_a_per_stack_budget() {
+    let container = |name: &str, storage: Option<&str>| {
+        let mut c =
+            json!({"name": name, "image": "busybox", "resources": {"limits": {"cpu": "100m", "memory": "16Mi"}}});
+        if let Some(storage) = storage {
+            c["resources"]["limits"]["ephemeral-storage"] = json!(storage);
+        }
+        c
+    };
+    let limits = |hardened: &crate::validate::HardenedPod| -> Vec<String> {
+        let spec = hardened.pod.spec.as_ref().unwrap();
+        spec.containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+            .map(|c| {
+                c.resources.as_ref().unwrap().limits.as_ref().unwrap()["ephemeral-storage"]
+                    .0
+                    .clone()
+            })
+            .collect()
+    };
+    let rows: Vec<(super::Edits, Vec<&str>)> = vec![
+        (vec![], vec!["1Gi"]),
+        (
+            vec![("/spec/containers/1", container("b", None))],
+            vec!["512Mi", "512Mi"],
+        ),
+        (
+            vec![
+                ("/spec/containers/1", container("b", Some("768Mi"))),
+                ("/spec/initContainers", json!([container("i", None)])),
+            ],
+            vec!["128Mi", "768Mi", "128Mi"],
+        ),
+        (
+            vec![
+                ("/spec/containers/1", container("b", None)),
+                ("/spec/containers/2", container("c", None)),
+            ],
+            vec!["341Mi", "341Mi", "341Mi"],
+        ),
+    ];
+    for (edits, want) in rows {
+        let hardened = run(&edited(&edits)).unwrap();
+        assert_eq!(limits(&hardened), want, "{edits:?}");
+    }
+    // 200 containers with 1 GiB each was 200 GiB of node disk; now the total is refused.
+    let many: Vec<Value> = (0..3).map(|i| container(&format!("c{i}"), Some("1Gi"))).collect();
+    let wide = ValidationPolicy {
+        pod_limits: crate::config::PodLimits {
+            containers: 300,
+            ..crate::config::PodLimits::DEFAULT
+        },
+        ..policy()
+    };
+    let r = validate(
+        &edited(&[("/spec/initContainers", json!(many))]),
+        &[tcp(80)],
+        &stack_id(),
+        &wide,
+    )
+    .unwrap_err();
+    assert_eq!(r.path, "spec.containers[*].resources");
+    assert!(r.problem.contains("per-stack budget of 1Gi"), "{r}");
+    let r = run(&edited(&[
+        ("/spec/containers/1", container("b", Some("1000Mi"))),
+        (
+            "/spec/containers/0/resources/requests/ephemeral-storage",
+            json!("100Mi"),
+        ),
+    ]))
+    .unwrap_err();
+    assert_eq!(r.path, "spec.containers[0].resources.requests.ephemeral-storage");
+    let many: Vec<Value> = (0..200).map(|i| container(&format!("c{i}"), None)).collect();
+    let hardened = validate(
+        &edited(&[("/spec/initContainers", json!(many))]),
+        &[tcp(80)],
+        &stack_id(),
+        &ValidationPolicy {
+            pod_limits: crate::config::PodLimits {
+                init_containers: 300,
+                ..crate::config::PodLimits::DEFAULT
+            },
+            ..policy()
+        },
+    )
+    .unwrap();
+    assert!(limits(&hardened).iter().all(|l| l == "5Mi"), "{:?}", limits(&hardened));
+}
+
+#[test]
+fn requests_no_node_could_hold_are_refused() {
+    let unlimited = ValidationPolicy {
+        max_cpu_milli: None,
+        max_memory_bytes: None,
+        ..policy()
+    };
+    let check = |edits: &[(&str, Value)]| validate(&edited(edits), &[tcp(80)], &stack_id(), &unlimited);
+    assert!(check(&[("/spec/containers/0/resources/limits/cpu", json!("64"))]).is_ok());
+    for (pointer, value) in [
+        ("/spec/containers/0/resources/limits/cpu", json!("100000")),
+        ("/spec/containers/0/resources/limits/memory", json!("100Ti")),
+    ] {
+        let r = check(&[(pointer, value)]).unwrap_err();
+        assert_eq!(r.path, "spec.containers[*].resources");
+        assert!(r.problem.contains("more than any node can hold"), "{r}");
+    }
+}
+
+#[test]
+fn cluster_defaults_from_kubectl_get_are_dropped_or_replaced() {
+    let hardened = run(&edited(&[
+        ("/metadata/uid", json!("0d1f3a52-7e0b-4d8e-9a51-5b1f0c9e2a11")),
+        ("/metadata/creationTimestamp", json!("2026-11-20T10:00:00Z")),
+        ("/spec/serviceAccountName", json!("default")),
+        ("/spec/serviceAccount", json!("default")),
+        ("/spec/schedulerName", json!("default-scheduler")),
+        ("/spec/priority", json!(0)),
+        ("/spec/preemptionPolicy", json!("PreemptLowerPriority")),
+        ("/spec/enableServiceLinks", json!(true)),
+        ("/spec/securityContext", json!({})),
+        ("/spec/containers/0/securityContext", json!({})),
+    ]))
+    .unwrap();
+    let meta = &hardened.pod.metadata;
+    assert_eq!((&meta.uid, &meta.creation_timestamp), (&None, &None));
+    let spec = hardened.pod.spec.unwrap();
+    assert_eq!(
+        (spec.service_account_name, spec.scheduler_name, spec.priority),
+        (None, None, None)
+    );
+    assert_eq!(spec.enable_service_links, Some(false));
+    assert!(spec.security_context.unwrap().seccomp_profile.is_some());
 }
 
 #[test]
