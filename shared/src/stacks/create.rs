@@ -27,7 +27,7 @@ use jiff::Timestamp;
 use super::{StackError, Stacks, signed};
 use crate::cluster::{Scheduling, node_external_ip};
 use crate::model::{StackId, StackRecord, StackStatus, TargetPort};
-use crate::store::{IdempotencyClaim, Manifest, StoreError};
+use crate::store::{IdempotencyClaim, Manifest, StoreError, StoredManifest};
 use crate::validate::{self, HardenedPod};
 
 /// A claim this old without a stack record belongs to a create that died.
@@ -62,13 +62,15 @@ impl Stacks {
         let id = StackId::generate();
         let hardened = validate::validate(&request.manifest, &request.target_ports, &id, &self.policy)
             .map_err(|rejection| StackError::Invalid(format!("invalid pod spec: {rejection}")))?;
+        // Encoded and measured before anything is created: what cannot be stored is a 400.
+        let manifest = StoredManifest::encode(&hardened.yaml)?;
         let work = async {
             if let Some(key) = &request.idempotency_key
                 && let Some(existing) = self.claim_key(key, &request.body_sha256, &id).await?
             {
                 return Ok(CreateOutcome::Replayed(existing));
             }
-            let result = self.create_claimed(&id, hardened, &request, started).await;
+            let result = self.create_claimed(&id, hardened, &manifest, &request, started).await;
             if result.is_err() {
                 self.release_key(&id, request.idempotency_key.as_deref()).await;
             }
@@ -154,6 +156,7 @@ impl Stacks {
         &self,
         id: &StackId,
         hardened: HardenedPod,
+        manifest: &StoredManifest,
         request: &CreateRequest,
         started: Instant,
     ) -> Result<StackRecord, StackError> {
@@ -167,7 +170,7 @@ impl Stacks {
                 return Err(err);
             }
         };
-        match self.store.put_new_stack(&record).await {
+        match self.store.put_new_stack_with(&record, manifest).await {
             Ok(()) => Ok(record),
             Err(err) => {
                 self.discard(id).await;

@@ -13,12 +13,12 @@ use jiff::{SignedDuration, Timestamp};
 pub use assess::{Assessment, GoneReason, StackObjects, assess};
 pub use batch::JobProgress;
 pub use create::{CREATE_DEADLINE, CREATE_WORK_BUDGET, CreateOutcome, CreateRequest};
-pub use read::Stats;
+pub use read::{ListPage, Stats};
 
 use crate::cluster::{self, Cluster, ClusterError, NamespacePolicy};
 use crate::config::{Config, ConfigError};
 use crate::model::{StackId, StackRecord};
-use crate::store::{Manifest, Store, StoreError};
+use crate::store::{Manifest, Store, StoreError, UnstorableManifest};
 use crate::validate::ValidationPolicy;
 
 /// Start-up failures.
@@ -52,9 +52,25 @@ pub enum StackError {
     Unavailable(String),
     /// Our side failed (500).
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(StoreError),
     #[error("{0}")]
     Cluster(ClusterError),
+}
+
+impl From<StoreError> for StackError {
+    fn from(err: StoreError) -> Self {
+        match err {
+            StoreError::Unstorable(why) => why.into(),
+            other => StackError::Store(other),
+        }
+    }
+}
+
+/// A manifest too large to keep is the request's fault, refused before anything is created.
+impl From<UnstorableManifest> for StackError {
+    fn from(why: UnstorableManifest) -> Self {
+        StackError::Invalid(format!("invalid pod spec: {why}"))
+    }
 }
 
 impl From<ClusterError> for StackError {

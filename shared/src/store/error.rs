@@ -9,6 +9,9 @@ pub enum StoreError {
     Backend { operation: &'static str, message: String },
     #[error("stored item is malformed: {0}")]
     Malformed(String),
+    /// The manifest cannot be kept (the request's fault).
+    #[error(transparent)]
+    Unstorable(#[from] super::UnstorableManifest),
 }
 
 impl StoreError {
