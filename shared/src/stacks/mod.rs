@@ -193,3 +193,27 @@ impl Stacks {
 pub(crate) fn signed(d: std::time::Duration) -> SignedDuration {
     SignedDuration::try_from(d).unwrap_or(SignedDuration::MAX)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_manifest_too_large_to_store_is_the_requests_fault() {
+        let why = UnstorableManifest::TooLarge {
+            bytes: 600_000,
+            stored: 420_000,
+            max: 409_600,
+        };
+        let err = StackError::from(StoreError::Unstorable(why.clone()));
+        let StackError::Invalid(message) = err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(message, format!("invalid pod spec: {why}"));
+        assert!(message.contains("420000"), "{message}");
+        assert!(matches!(
+            StackError::from(StoreError::ConditionFailed),
+            StackError::Store(StoreError::ConditionFailed)
+        ));
+    }
+}

@@ -1,18 +1,16 @@
-//! How a stack's manifest is kept in its item (pk=`MANIFEST`): zlib-compressed, as a binary
+//! How a stack's manifest is kept in its item (pk=`MANIFEST`): zstd-compressed, as a binary
 //! `pod_spec`. Items written before compression hold it as a plain string and still read.
 //!
 //! Hardened YAML is larger than the JSON or YAML a client sends (aliases are expanded, every
-//! forced field is spelled out), and DynamoDB refuses items over 400 KB. YAML compresses
-//! several times over, so what the validator passes fits; what does not is refused by
-//! [`StoredManifest::encode`] before anything is created.
+//! forced field is spelled out), and DynamoDB refuses items over 400 KB. zstd's window spans
+//! a whole manifest, so what aliases repeat is stored once and even incompressible text at
+//! the validator's limits fits; what does not is refused by [`StoredManifest::encode`]
+//! before anything is created.
 
-use std::io::{Read, Write};
+use std::io::Read;
 
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
-use flate2::Compression;
-use flate2::read::ZlibDecoder;
-use flate2::write::ZlibEncoder;
 
 use super::StoreError;
 
@@ -27,9 +25,8 @@ pub(crate) const MANIFEST_ATTR: &str = "pod_spec";
 /// What the other attributes of a manifest item take: `pk`=`MANIFEST`, `sk`=stack id
 /// (`stack-` + 16 hex) and the manifest attribute's name.
 const ITEM_OVERHEAD_BYTES: usize = "pk".len() + "MANIFEST".len() + "sk".len() + 22 + MANIFEST_ATTR.len();
-/// Level 6 (zlib's default): within a few percent of the best ratio on YAML, at a fraction
-/// of level 9's time.
-const LEVEL: u32 = 6;
+/// zstd's default level: a few milliseconds for the largest manifest.
+const LEVEL: i32 = 3;
 
 /// A manifest that cannot be kept (a client error: the manifest is too large).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -46,7 +43,14 @@ pub enum UnstorableManifest {
 /// A manifest ready to be written, known to fit in its item.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredManifest {
-    compressed: Vec<u8>,
+    value: Stored,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Stored {
+    Compressed(Vec<u8>),
+    /// Only if compression itself failed (out of memory): the format read before compression.
+    Plain(String),
 }
 
 impl StoredManifest {
@@ -59,13 +63,14 @@ impl StoredManifest {
                 max: MAX_MANIFEST_TEXT_BYTES,
             });
         }
-        let mut encoder = ZlibEncoder::new(Vec::with_capacity(bytes / 4 + 64), Compression::new(LEVEL));
-        // Writing into a Vec cannot fail.
-        let compressed = encoder
-            .write_all(yaml.as_bytes())
-            .and_then(|()| encoder.finish())
-            .unwrap_or_default();
-        let manifest = Self { compressed };
+        let value = match zstd::bulk::compress(yaml.as_bytes(), LEVEL) {
+            Ok(compressed) => Stored::Compressed(compressed),
+            Err(err) => {
+                tracing::warn!(error = %err, "manifest compression failed; storing it plain");
+                Stored::Plain(yaml.to_owned())
+            }
+        };
+        let manifest = Self { value };
         let stored = manifest.item_bytes();
         if stored > MAX_ITEM_BYTES {
             return Err(UnstorableManifest::TooLarge {
@@ -79,11 +84,18 @@ impl StoredManifest {
 
     /// Size of the whole manifest item as DynamoDB counts it.
     pub fn item_bytes(&self) -> usize {
-        ITEM_OVERHEAD_BYTES + self.compressed.len()
+        ITEM_OVERHEAD_BYTES
+            + match &self.value {
+                Stored::Compressed(bytes) => bytes.len(),
+                Stored::Plain(text) => text.len(),
+            }
     }
 
     pub(crate) fn attribute(&self) -> AttributeValue {
-        AttributeValue::B(Blob::new(self.compressed.clone()))
+        match &self.value {
+            Stored::Compressed(bytes) => AttributeValue::B(Blob::new(bytes.clone())),
+            Stored::Plain(text) => AttributeValue::S(text.clone()),
+        }
     }
 }
 
@@ -96,10 +108,9 @@ pub(crate) fn decode(value: &AttributeValue) -> Result<String, StoreError> {
             let mut text = Vec::new();
             // Bounded: a corrupted item cannot make us inflate without end.
             let limit = u64::try_from(MAX_MANIFEST_TEXT_BYTES).unwrap_or(u64::MAX) + 1;
-            ZlibDecoder::new(blob.as_ref())
-                .take(limit)
-                .read_to_end(&mut text)
-                .map_err(|e| StoreError::Malformed(format!("manifest does not inflate: {e}")))?;
+            zstd::stream::read::Decoder::with_buffer(blob.as_ref())
+                .and_then(|decoder| decoder.take(limit).read_to_end(&mut text))
+                .map_err(|e| StoreError::Malformed(format!("manifest does not decompress: {e}")))?;
             if text.len() > MAX_MANIFEST_TEXT_BYTES {
                 return Err(StoreError::Malformed("manifest inflates past its limit".into()));
             }
@@ -121,6 +132,28 @@ mod tests {
         assert_eq!(decode(&stored.attribute()).unwrap(), yaml);
     }
 
+    /// Pseudo-random printable text: barely compresses.
+    fn noise(len: usize, seed: u64) -> String {
+        let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        (0..len)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                char::from(b' ' + (state % 95) as u8)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn what_aliases_repeat_is_stored_once_even_far_apart() {
+        let block = noise(300 * 1024, 2);
+        let yaml = format!("a: {block}\nb: {block}\n");
+        let stored = StoredManifest::encode(&yaml).unwrap();
+        assert!(stored.item_bytes() < block.len(), "{} bytes", stored.item_bytes());
+        assert_eq!(decode(&stored.attribute()).unwrap(), yaml);
+    }
+
     #[test]
     fn plain_manifests_written_before_compression_still_read() {
         let yaml = "kind: Pod\n";
@@ -132,7 +165,10 @@ mod tests {
         let stored = StoredManifest::encode("").unwrap();
         let id = "stack-0123456789abcdef";
         let names_and_values = ["pk", "MANIFEST", "sk", id, MANIFEST_ATTR].concat().len();
-        assert_eq!(stored.item_bytes(), names_and_values + stored.compressed.len());
+        let AttributeValue::B(blob) = stored.attribute() else {
+            panic!("not compressed")
+        };
+        assert_eq!(stored.item_bytes(), names_and_values + blob.as_ref().len());
     }
 
     #[test]
@@ -142,16 +178,7 @@ mod tests {
             StoredManifest::encode(&long),
             Err(UnstorableManifest::TooLong { .. })
         ));
-        // Pseudo-random printable text barely compresses.
-        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
-        let noise: String = (0..MAX_MANIFEST_TEXT_BYTES)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                char::from(b' ' + (state % 95) as u8)
-            })
-            .collect();
+        let noise = noise(MAX_MANIFEST_TEXT_BYTES, 1);
         let refused = StoredManifest::encode(&noise).unwrap_err();
         assert!(
             matches!(refused, UnstorableManifest::TooLarge { stored, .. } if stored > MAX_ITEM_BYTES),
@@ -161,7 +188,7 @@ mod tests {
 
     #[test]
     fn corrupted_items_are_malformed_not_panics() {
-        let garbage = AttributeValue::B(Blob::new(vec![0x78, 0x9c, 1, 2, 3]));
+        let garbage = AttributeValue::B(Blob::new(vec![0x28, 0xb5, 0x2f, 0xfd, 1, 2, 3]));
         assert!(matches!(decode(&garbage), Err(StoreError::Malformed(_))));
         assert!(matches!(
             decode(&AttributeValue::N("1".into())),

@@ -3,7 +3,7 @@
 //! | pk      | sk          | item                                   | TTL (`expires_at`) |
 //! |---------|-------------|----------------------------------------|--------------------|
 //! | `STACK` | stack id    | [`StackRecord`](crate::model::StackRecord) without `pod_spec` | none: the reconciler ends stacks |
-//! | `MANIFEST` | stack id | the record's `pod_spec` (zlib, see [`StoredManifest`]), written and deleted with it | none |
+//! | `MANIFEST` | stack id | the record's `pod_spec` (zstd, see [`StoredManifest`]), written and deleted with it | none |
 //! | `IDEM`  | key         | idempotency claim                      | stack lifetime     |
 //! | `JOB`   | job id      | [`BatchDeleteJob`](crate::model::BatchDeleteJob) | one day  |
 //! | `LEASE` | name        | reconciler lease                       | lease expiry       |
