@@ -750,7 +750,10 @@ async fn list_pages_walk_every_stack_once_oldest_first() {
     );
 
     let pages = walk_pages(&api, Some(2)).await;
-    let sizes: Vec<usize> = pages.iter().map(|p| p.json["stacks"].as_array().unwrap().len()).collect();
+    let sizes: Vec<usize> = pages
+        .iter()
+        .map(|p| p.json["stacks"].as_array().unwrap().len())
+        .collect();
     assert_eq!(sizes, vec![2, 2, 1]);
     assert_eq!(ids_of(&pages), oldest_first, "each stack once, oldest first");
     // Stacks in a page are whole: manifests included.
@@ -837,7 +840,10 @@ async fn a_page_of_large_manifests_stays_under_the_byte_bound() {
             assert_eq!(stack["pod_spec"], large.as_str());
         }
     }
-    assert!(total > 6_000_000, "the stacks together would pass Lambda's limit: {total}");
+    assert!(
+        total > 6_000_000,
+        "the stacks together would pass Lambda's limit: {total}"
+    );
     api.finish().await;
 }
 
@@ -861,7 +867,10 @@ async fn manifests_at_the_validator_limits_are_stored_whole_or_refused_before_an
                 assert!(pod_spec.len() > 2 * ENV_ENTRIES * ENV_VALUE_BYTES, "{content}");
                 let got = api.call(Method::GET, &format!("/stacks/{id}"), None).await;
                 assert_eq!(got.status, 200, "{content}");
-                assert!(got.json["pod_spec"] == created.json["pod_spec"], "{content}: read back differs");
+                assert!(
+                    got.json["pod_spec"] == created.json["pod_spec"],
+                    "{content}: read back differs"
+                );
                 let listed = api.call(Method::GET, "/stacks", None).await;
                 assert!(
                     listed.json["stacks"][0]["pod_spec"] == created.json["pod_spec"],
@@ -873,7 +882,10 @@ async fn manifests_at_the_validator_limits_are_stored_whole_or_refused_before_an
             }
             400 => {
                 let message = created.json["error"].as_str().unwrap();
-                assert!(message.starts_with("invalid pod spec: manifest is"), "{content}: {message}");
+                assert!(
+                    message.starts_with("invalid pod spec: manifest is"),
+                    "{content}: {message}"
+                );
                 // Refused before the cluster was asked anything.
                 assert_eq!(api.kube_calls.get(), cluster_calls, "{content}: cluster called");
                 println!("{content}: refused: {message}");

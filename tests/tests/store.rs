@@ -60,9 +60,18 @@ async fn manifests_written_before_compression_still_read() {
     record.pod_spec = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: \"old é\"\n".into();
     put_plain_manifest(&store, &id, &record.pod_spec).await.unwrap();
 
-    assert_eq!(store.get_stack(&id, Manifest::Include).await.unwrap(), Some(record.clone()));
-    assert_eq!(store.list_stacks(Manifest::Include).await.unwrap(), vec![record.clone()]);
-    assert_eq!(store.get_stacks(std::slice::from_ref(&id)).await.unwrap(), vec![record.clone()]);
+    assert_eq!(
+        store.get_stack(&id, Manifest::Include).await.unwrap(),
+        Some(record.clone())
+    );
+    assert_eq!(
+        store.list_stacks(Manifest::Include).await.unwrap(),
+        vec![record.clone()]
+    );
+    assert_eq!(
+        store.get_stacks(std::slice::from_ref(&id)).await.unwrap(),
+        vec![record.clone()]
+    );
     store.delete_stack(&record).await.unwrap();
     assert_eq!(store.count_manifests().await.unwrap(), 0);
     table.delete().await.unwrap();
@@ -92,7 +101,10 @@ async fn the_largest_manifest_encode_accepts_is_one_dynamodb_stores() {
     let mut record = running_record(&id, "stacks", "node-1", None, ttl);
     record.pod_spec = text[..fits].to_owned();
     store.put_new_stack(&record).await.unwrap();
-    assert_eq!(store.get_stack(&id, Manifest::Include).await.unwrap(), Some(record.clone()));
+    assert_eq!(
+        store.get_stack(&id, Manifest::Include).await.unwrap(),
+        Some(record.clone())
+    );
 
     // One byte more is refused by the store itself, as a client error, and nothing is written.
     let mut other = running_record(&StackId::generate(), "stacks", "node-1", None, ttl);
@@ -122,7 +134,7 @@ async fn stack_keys_page_oldest_first_and_each_once() {
         store.put_new_stack(&record).await.unwrap();
         records.push(record);
     }
-    records.sort_by(|a, b| a.created_at.cmp(&b.created_at));
+    records.sort_by_key(|r| r.created_at);
 
     let mut seen = Vec::new();
     let mut after: Option<ListCursor> = None;
@@ -151,7 +163,7 @@ async fn stack_keys_page_oldest_first_and_each_once() {
     assert_eq!(seen_ids, all_ids, "every stack exactly once");
     assert_eq!(seen.len(), records.len());
     // A full last page says no more follow; an empty table lists nothing.
-    assert_eq!(store.list_stack_keys(None, 7).await.unwrap().1, false);
+    assert!(!store.list_stack_keys(None, 7).await.unwrap().1);
     for record in &records {
         store.delete_stack(record).await.unwrap();
     }

@@ -283,14 +283,21 @@ mod tests {
         }
         for bad in ["cursor=", "cursor=abc", "cursor=%00%01"] {
             let err = parse_list_query(Some(bad)).unwrap_err();
-            assert_eq!((err.status.as_u16(), err.message.as_str()), (400, "invalid cursor"), "{bad}");
+            assert_eq!(
+                (err.status.as_u16(), err.message.as_str()),
+                (400, "invalid cursor"),
+                "{bad}"
+            );
         }
     }
 
     #[test]
     fn payload_counts_the_second_escaping_of_the_body() {
         assert_eq!(payload_bytes(&"ab"), 4 + 2);
-        assert_eq!(payload_bytes(&"a\nb\"q\""), serde_json::to_string(&"a\nb\"q\"").unwrap().len() + 7);
+        assert_eq!(
+            payload_bytes(&"a\nb\"q\""),
+            serde_json::to_string(&"a\nb\"q\"").unwrap().len() + 7
+        );
     }
 
     #[test]

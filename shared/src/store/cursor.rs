@@ -93,7 +93,11 @@ mod tests {
     #[test]
     fn round_trips_through_an_opaque_url_safe_string() {
         let text = cursor().encode();
-        assert!(text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'), "{text}");
+        assert!(
+            text.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'),
+            "{text}"
+        );
         assert!(!text.contains("stack-"), "{text}");
         assert_eq!(ListCursor::decode(&text).unwrap(), cursor());
     }
@@ -120,10 +124,18 @@ mod tests {
 
     #[test]
     fn a_checksummed_payload_must_still_name_a_time_and_a_stack() {
-        for payload in ["no-space", "yesterday stack-0123456789abcdef", "2026-11-23T11:00:00Z stack-XYZ"] {
+        for payload in [
+            "no-space",
+            "yesterday stack-0123456789abcdef",
+            "2026-11-23T11:00:00Z stack-XYZ",
+        ] {
             let mut bytes = payload.as_bytes().to_vec();
             bytes.extend_from_slice(&checksum(payload.as_bytes()));
-            assert_eq!(ListCursor::decode(&URL_SAFE_NO_PAD.encode(bytes)), Err(InvalidCursor), "{payload}");
+            assert_eq!(
+                ListCursor::decode(&URL_SAFE_NO_PAD.encode(bytes)),
+                Err(InvalidCursor),
+                "{payload}"
+            );
         }
     }
 }

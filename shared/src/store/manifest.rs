@@ -116,7 +116,9 @@ pub(crate) fn decode(value: &AttributeValue) -> Result<String, StoreError> {
             }
             String::from_utf8(text).map_err(|_| StoreError::Malformed("manifest is not UTF-8".into()))
         }
-        _ => Err(StoreError::Malformed("manifest attribute is neither string nor binary".into())),
+        _ => Err(StoreError::Malformed(
+            "manifest attribute is neither string nor binary".into(),
+        )),
     }
 }
 

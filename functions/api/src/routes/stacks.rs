@@ -6,8 +6,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use stack_core::model::{StackId, StackRecord};
-use stack_core::store::ListCursor;
 use stack_core::stacks::{CreateOutcome, CreateRequest};
+use stack_core::store::ListCursor;
 
 use crate::error::ApiError;
 use crate::request_log::LoggedStackId;
