@@ -11,7 +11,7 @@ use kube::api::{DeleteParams, PostParams};
 use serde_json::{Value, json};
 use stack_core::model::StackId;
 use stack_core::stacks::CREATE_DEADLINE;
-use stack_tests::api::{API_KEY, ApiHarness, WEB_POD};
+use stack_tests::api::{API_KEY, ApiHarness, WEB_POD, listed_ids};
 use stack_tests::env::SimulatedNode;
 use stack_tests::reconciler::running_record;
 
@@ -694,68 +694,23 @@ async fn a_read_answers_before_the_lambda_invocation_ends_even_if_the_apiserver_
     api.finish().await;
 }
 
-/// Creates `n` small stacks at once; their ids.
-async fn create_small_stacks(api: &ApiHarness, n: usize) -> Vec<String> {
-    let replies = futures::future::join_all((0..n).map(|_| api.create(WEB_POD, json!(80)))).await;
-    replies
-        .iter()
-        .map(|reply| {
-            assert_eq!(reply.status, 201, "{}", reply.json);
-            stack_id(reply)
-        })
-        .collect()
-}
-
-/// Follows `next_cursor` from the first page; every page's reply.
-async fn walk_pages(api: &ApiHarness, limit: Option<usize>) -> Vec<stack_tests::api::Reply> {
-    let mut pages = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let mut params = Vec::new();
-        if let Some(limit) = limit {
-            params.push(format!("limit={limit}"));
-        }
-        if let Some(cursor) = &cursor {
-            params.push(format!("cursor={cursor}"));
-        }
-        let page = api
-            .call(Method::GET, &format!("/stacks?{}", params.join("&")), None)
-            .await;
-        assert_eq!(page.status, 200, "{}", page.json);
-        cursor = page.json.get("next_cursor").map(|c| c.as_str().unwrap().to_owned());
-        pages.push(page);
-        assert!(pages.len() < 100, "pages never end");
-        if cursor.is_none() {
-            return pages;
-        }
-    }
-}
-
-fn ids_of(pages: &[stack_tests::api::Reply]) -> Vec<String> {
-    pages
-        .iter()
-        .flat_map(|p| p.json["stacks"].as_array().unwrap().iter())
-        .map(|s| s["stack_id"].as_str().unwrap().to_owned())
-        .collect()
-}
-
 #[tokio::test]
 async fn list_pages_walk_every_stack_once_oldest_first() {
     let api = ApiHarness::start().await;
-    let created = create_small_stacks(&api, 5).await;
+    let created = api.create_stacks(5).await;
     let oldest_first: Vec<String> = api.records().await.iter().map(|r| r.stack_id.to_string()).collect();
     assert_eq!(
         oldest_first.iter().collect::<HashSet<_>>(),
         created.iter().collect::<HashSet<_>>()
     );
 
-    let pages = walk_pages(&api, Some(2)).await;
+    let pages = api.walk_pages(Some(2)).await;
     let sizes: Vec<usize> = pages
         .iter()
         .map(|p| p.json["stacks"].as_array().unwrap().len())
         .collect();
     assert_eq!(sizes, vec![2, 2, 1]);
-    assert_eq!(ids_of(&pages), oldest_first, "each stack once, oldest first");
+    assert_eq!(listed_ids(&pages), oldest_first, "each stack once, oldest first");
     // Stacks in a page are whole: manifests included.
     for stack in pages.iter().flat_map(|p| p.json["stacks"].as_array().unwrap()) {
         assert!(stack["pod_spec"].as_str().unwrap().contains("kind: Pod"), "{stack}");
@@ -763,10 +718,10 @@ async fn list_pages_walk_every_stack_once_oldest_first() {
     // Without parameters: the first page, here every stack, and no cursor.
     let first = api.call(Method::GET, "/stacks", None).await;
     assert_eq!(first.status, 200);
-    assert_eq!(ids_of(std::slice::from_ref(&first)), oldest_first);
+    assert_eq!(listed_ids(std::slice::from_ref(&first)), oldest_first);
     assert!(first.json.get("next_cursor").is_none(), "{}", first.json);
     // A limit equal to the count ends the list in one page.
-    let exact = walk_pages(&api, Some(5)).await;
+    let exact = api.walk_pages(Some(5)).await;
     assert_eq!(exact.len(), 1);
 
     // A stack deleted between two pages is simply no longer listed.
@@ -779,7 +734,7 @@ async fn list_pages_walk_every_stack_once_oldest_first() {
     let page2 = api
         .call(Method::GET, &format!("/stacks?limit=2&cursor={cursor}"), None)
         .await;
-    assert_eq!(ids_of(std::slice::from_ref(&page2)), oldest_first[3..5].to_vec());
+    assert_eq!(listed_ids(std::slice::from_ref(&page2)), oldest_first[3..5].to_vec());
     assert!(page2.json.get("next_cursor").is_none(), "{}", page2.json);
 
     // Bad parameters are the client's mistake.
@@ -802,102 +757,5 @@ async fn list_pages_walk_every_stack_once_oldest_first() {
         assert_eq!(reply.status, 400, "{query}: {}", reply.json);
         assert!(reply.json["error"].as_str().unwrap().starts_with("invalid "), "{query}");
     }
-    api.finish().await;
-}
-
-#[tokio::test]
-async fn a_page_of_large_manifests_stays_under_the_byte_bound() {
-    let api = ApiHarness::start().await;
-    let ids = create_small_stacks(&api, 12).await;
-    // Manifests of 350 kB, quote- and line-heavy (each quote takes 4 bytes once the JSON body
-    // is embedded in the Lambda response), written as stored before compression.
-    let line = "        - name: \"QUOTED\"\n          value: \"a \\\"b\\\" c\"\n";
-    let large = line.repeat(350_000 / line.len());
-    let store = api.state.stacks.store();
-    for id in &ids {
-        stack_tests::manifests::put_plain_manifest(store, &id.parse().unwrap(), &large)
-            .await
-            .unwrap();
-    }
-
-    let pages = walk_pages(&api, None).await;
-    let oldest_first: Vec<String> = api.records().await.iter().map(|r| r.stack_id.to_string()).collect();
-    assert_eq!(ids_of(&pages), oldest_first, "each stack once, oldest first");
-    assert!(pages.len() >= 2, "12 stacks of this size cannot fit one page");
-    let mut total = 0;
-    for page in &pages {
-        let body = page.json.to_string();
-        // What the function returns to Lambda: the body as a JSON string in the response.
-        let payload = serde_json::to_string(&body).unwrap().len();
-        total += payload;
-        println!(
-            "page of {} stacks: body {} bytes, payload {payload} bytes",
-            page.json["stacks"].as_array().unwrap().len(),
-            body.len()
-        );
-        assert!(payload <= 4 * 1024 * 1024 + 1024, "payload {payload} bytes");
-        for stack in page.json["stacks"].as_array().unwrap() {
-            assert_eq!(stack["pod_spec"], large.as_str());
-        }
-    }
-    assert!(
-        total > 6_000_000,
-        "the stacks together would pass Lambda's limit: {total}"
-    );
-    api.finish().await;
-}
-
-#[tokio::test]
-async fn manifests_at_the_validator_limits_are_stored_whole_or_refused_before_anything_exists() {
-    use stack_tests::manifests::{ENV_ENTRIES, ENV_VALUE_BYTES, alias_env_pod, noise, prose};
-    let api = ApiHarness::start().await;
-    for (content, manifest) in [
-        ("prose", alias_env_pod(|i| prose(ENV_VALUE_BYTES, i))),
-        ("noise", alias_env_pod(|i| noise(ENV_VALUE_BYTES, i as u64 + 1))),
-    ] {
-        assert!(manifest.len() <= 256 * 1024, "{content}: {} bytes", manifest.len());
-        assert!(manifest.len() > 250 * 1024, "{content}: at the limit");
-        let cluster_calls = api.kube_calls.get();
-        let created = api.create(&manifest, json!(80)).await;
-        match created.status {
-            201 => {
-                let id = stack_id(&created);
-                let pod_spec = created.json["pod_spec"].as_str().unwrap();
-                // Hardened, with both containers' env spelled out: larger than the input.
-                assert!(pod_spec.len() > 2 * ENV_ENTRIES * ENV_VALUE_BYTES, "{content}");
-                let got = api.call(Method::GET, &format!("/stacks/{id}"), None).await;
-                assert_eq!(got.status, 200, "{content}");
-                assert!(
-                    got.json["pod_spec"] == created.json["pod_spec"],
-                    "{content}: read back differs"
-                );
-                let listed = api.call(Method::GET, "/stacks", None).await;
-                assert!(
-                    listed.json["stacks"][0]["pod_spec"] == created.json["pod_spec"],
-                    "{content}: listed differs"
-                );
-                println!("{content}: stored, {} bytes hardened", pod_spec.len());
-                let deleted = api.call(Method::DELETE, &format!("/stacks/{id}"), None).await;
-                assert_eq!(deleted.status, 200);
-            }
-            400 => {
-                let message = created.json["error"].as_str().unwrap();
-                assert!(
-                    message.starts_with("invalid pod spec: manifest is"),
-                    "{content}: {message}"
-                );
-                // Refused before the cluster was asked anything.
-                assert_eq!(api.kube_calls.get(), cluster_calls, "{content}: cluster called");
-                println!("{content}: refused: {message}");
-            }
-            other => panic!("{content}: {other} {}", created.json),
-        }
-        api.assert_nothing_left().await;
-    }
-    // Compressible content at the limits is always kept.
-    let prose_again = api
-        .create(&alias_env_pod(|i| prose(ENV_VALUE_BYTES, i)), json!(80))
-        .await;
-    assert_eq!(prose_again.status, 201, "{}", prose_again.json);
     api.finish().await;
 }

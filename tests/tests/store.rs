@@ -1,10 +1,15 @@
 //! The stack store against DynamoDB Local: a record and its manifest (kept in an item of their
-//! own, compressed) are written, read and removed together; stacks page oldest first. Needs
-//! `tests/env/up`.
+//! own, compressed) are written, read and removed together; stacks page oldest first. Through
+//! the API: manifests at the validator's limits are stored whole or refused before anything
+//! exists, and a page of large stacks stays under the byte bound (here rather than in api.rs,
+//! whose tests run concurrently and include timing-sensitive ones). Needs `tests/env/up`.
 
+use http::Method;
 use jiff::{SignedDuration, Timestamp};
+use serde_json::json;
 use stack_core::model::StackId;
 use stack_core::store::{ListCursor, MAX_ITEM_BYTES, Manifest, Store, StoreError, StoredManifest, UnstorableManifest};
+use stack_tests::api::{ApiHarness, Reply, listed_ids};
 use stack_tests::env::TestEnv;
 use stack_tests::manifests::{noise, put_plain_manifest};
 use stack_tests::reconciler::running_record;
@@ -169,4 +174,107 @@ async fn stack_keys_page_oldest_first_and_each_once() {
     }
     assert_eq!(store.list_stack_keys(None, 7).await.unwrap(), (vec![], false));
     table.delete().await.unwrap();
+}
+
+fn stack_id(reply: &Reply) -> String {
+    reply.json["stack_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no stack_id in {}", reply.json))
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_page_of_large_manifests_stays_under_the_byte_bound() {
+    let api = ApiHarness::start().await;
+    let ids = api.create_stacks(12).await;
+    // Manifests of 350 kB, quote- and line-heavy (each quote takes 4 bytes once the JSON body
+    // is embedded in the Lambda response), written as stored before compression.
+    let line = "        - name: \"QUOTED\"\n          value: \"a \\\"b\\\" c\"\n";
+    let large = line.repeat(350_000 / line.len());
+    let store = api.state.stacks.store();
+    for id in &ids {
+        stack_tests::manifests::put_plain_manifest(store, &id.parse().unwrap(), &large)
+            .await
+            .unwrap();
+    }
+
+    let pages = api.walk_pages(None).await;
+    let oldest_first: Vec<String> = api.records().await.iter().map(|r| r.stack_id.to_string()).collect();
+    assert_eq!(listed_ids(&pages), oldest_first, "each stack once, oldest first");
+    assert!(pages.len() >= 2, "12 stacks of this size cannot fit one page");
+    let mut total = 0;
+    for page in &pages {
+        let body = page.json.to_string();
+        // What the function returns to Lambda: the body as a JSON string in the response.
+        let payload = serde_json::to_string(&body).unwrap().len();
+        total += payload;
+        println!(
+            "page of {} stacks: body {} bytes, payload {payload} bytes",
+            page.json["stacks"].as_array().unwrap().len(),
+            body.len()
+        );
+        assert!(payload <= 4 * 1024 * 1024 + 1024, "payload {payload} bytes");
+        for stack in page.json["stacks"].as_array().unwrap() {
+            assert_eq!(stack["pod_spec"], large.as_str());
+        }
+    }
+    assert!(
+        total > 6_000_000,
+        "the stacks together would pass Lambda's limit: {total}"
+    );
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn manifests_at_the_validator_limits_are_stored_whole_or_refused_before_anything_exists() {
+    use stack_tests::manifests::{ENV_ENTRIES, ENV_VALUE_BYTES, alias_env_pod, noise, prose};
+    let api = ApiHarness::start().await;
+    for (content, manifest) in [
+        ("prose", alias_env_pod(|i| prose(ENV_VALUE_BYTES, i))),
+        ("noise", alias_env_pod(|i| noise(ENV_VALUE_BYTES, i as u64 + 1))),
+    ] {
+        assert!(manifest.len() <= 256 * 1024, "{content}: {} bytes", manifest.len());
+        assert!(manifest.len() > 250 * 1024, "{content}: at the limit");
+        let cluster_calls = api.kube_calls.get();
+        let created = api.create(&manifest, json!(80)).await;
+        match created.status {
+            201 => {
+                let id = stack_id(&created);
+                let pod_spec = created.json["pod_spec"].as_str().unwrap();
+                // Hardened, with both containers' env spelled out: larger than the input.
+                assert!(pod_spec.len() > 2 * ENV_ENTRIES * ENV_VALUE_BYTES, "{content}");
+                let got = api.call(Method::GET, &format!("/stacks/{id}"), None).await;
+                assert_eq!(got.status, 200, "{content}");
+                assert!(
+                    got.json["pod_spec"] == created.json["pod_spec"],
+                    "{content}: read back differs"
+                );
+                let listed = api.call(Method::GET, "/stacks", None).await;
+                assert!(
+                    listed.json["stacks"][0]["pod_spec"] == created.json["pod_spec"],
+                    "{content}: listed differs"
+                );
+                println!("{content}: stored, {} bytes hardened", pod_spec.len());
+                let deleted = api.call(Method::DELETE, &format!("/stacks/{id}"), None).await;
+                assert_eq!(deleted.status, 200);
+            }
+            400 => {
+                let message = created.json["error"].as_str().unwrap();
+                assert!(
+                    message.starts_with("invalid pod spec: manifest is"),
+                    "{content}: {message}"
+                );
+                // Refused before the cluster was asked anything.
+                assert_eq!(api.kube_calls.get(), cluster_calls, "{content}: cluster called");
+                println!("{content}: refused: {message}");
+            }
+            other => panic!("{content}: {other} {}", created.json),
+        }
+        // Compressible content at the limits is always kept.
+        if content == "prose" {
+            assert_eq!(created.status, 201, "{}", created.json);
+        }
+        api.assert_nothing_left().await;
+    }
+    api.finish().await;
 }

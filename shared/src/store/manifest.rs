@@ -91,6 +91,11 @@ impl StoredManifest {
             }
     }
 
+    /// The manifest text back, as a read decodes it.
+    pub fn text(&self) -> Result<String, StoreError> {
+        decode(&self.attribute())
+    }
+
     pub(crate) fn attribute(&self) -> AttributeValue {
         match &self.value {
             Stored::Compressed(bytes) => AttributeValue::B(Blob::new(bytes.clone())),
