@@ -22,7 +22,9 @@ use crate::model::{StackId, StackRecord, StackStatus};
 
 const STACK_PK: &str = "STACK";
 const MANIFEST_PK: &str = "MANIFEST";
-/// The index ordering items of a partition by `created_at` (template.yaml, keys only).
+/// The index ordering items of a partition by `created_at` (template.yaml, keys only). It
+/// orders the stored strings (RFC 3339, a fraction only when non-zero): a stack created on an
+/// exact whole second sorts after the others of that second. Paging stays exact either way.
 const CREATED_INDEX: &str = "created_at";
 const CREATED_ATTR: &str = "created_at";
 /// Most keys one BatchGetItem takes.
