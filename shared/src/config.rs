@@ -173,7 +173,11 @@ impl Config {
                 .map(|v| split_list(&v))
                 .unwrap_or_else(|| to_strings(DEFAULT_ANNOTATION_ALLOWLIST)),
             pod_limits: PodLimits {
-                containers: env.parse("STACK_MAX_CONTAINERS", PodLimits::DEFAULT.containers, parse_at_least_one),
+                containers: env.parse(
+                    "STACK_MAX_CONTAINERS",
+                    PodLimits::DEFAULT.containers,
+                    parse_at_least_one,
+                ),
                 init_containers: env.parse(
                     "STACK_MAX_INIT_CONTAINERS",
                     PodLimits::DEFAULT.init_containers,
@@ -181,7 +185,11 @@ impl Config {
                 ),
                 volumes: env.parse("STACK_MAX_VOLUMES", PodLimits::DEFAULT.volumes, parse_at_least_one),
                 env: env.parse("STACK_MAX_ENV", PodLimits::DEFAULT.env, parse_at_least_one),
-                ports: env.parse("STACK_MAX_CONTAINER_PORTS", PodLimits::DEFAULT.ports, parse_at_least_one),
+                ports: env.parse(
+                    "STACK_MAX_CONTAINER_PORTS",
+                    PodLimits::DEFAULT.ports,
+                    parse_at_least_one,
+                ),
             },
             table: env.string("DDB_STACK_TABLE").unwrap_or_else(|| "stacks".into()),
             consistent_read: env.parse("DDB_CONSISTENT_READ", true, parse_bool),

@@ -154,6 +154,46 @@ impl ApiHarness {
         .await
     }
 
+    /// Creates `n` small stacks ([`WEB_POD`]) at once; their ids.
+    pub async fn create_stacks(&self, n: usize) -> Vec<String> {
+        let replies = futures::future::join_all((0..n).map(|_| self.create(WEB_POD, serde_json::json!(80)))).await;
+        replies
+            .iter()
+            .map(|reply| {
+                assert_eq!(reply.status, 201, "{}", reply.json);
+                reply.json["stack_id"].as_str().expect("stack_id").to_owned()
+            })
+            .collect()
+    }
+
+    /// `GET /stacks` from the first page, following `next_cursor`: every page's reply.
+    pub async fn walk_pages(&self, limit: Option<usize>) -> Vec<Reply> {
+        let mut pages = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut params = Vec::new();
+            if let Some(limit) = limit {
+                params.push(format!("limit={limit}"));
+            }
+            if let Some(cursor) = &cursor {
+                params.push(format!("cursor={cursor}"));
+            }
+            let page = self
+                .call(Method::GET, &format!("/stacks?{}", params.join("&")), None)
+                .await;
+            assert_eq!(page.status, 200, "{}", page.json);
+            cursor = page
+                .json
+                .get("next_cursor")
+                .map(|c| c.as_str().expect("string cursor").to_owned());
+            pages.push(page);
+            assert!(pages.len() < 100, "pages never end");
+            if cursor.is_none() {
+                return pages;
+            }
+        }
+    }
+
     pub fn pods_api(&self) -> Api<Pod> {
         Api::namespaced(self.env.kube.clone(), &self.namespace)
     }
@@ -223,6 +263,15 @@ impl ApiHarness {
             .expect("count manifests");
         assert_eq!(manifests, 0, "manifests left");
     }
+}
+
+/// The ids of the stacks of `pages`, in order.
+pub fn listed_ids(pages: &[Reply]) -> Vec<String> {
+    pages
+        .iter()
+        .flat_map(|p| p.json["stacks"].as_array().expect("stacks array").iter())
+        .map(|s| s["stack_id"].as_str().expect("stack_id").to_owned())
+        .collect()
 }
 
 /// The admin kubeconfig of the environment as a client config, with the functions' limits.

@@ -4,4 +4,5 @@ pub mod api;
 pub mod black_hole;
 pub mod counting;
 pub mod env;
+pub mod manifests;
 pub mod reconciler;

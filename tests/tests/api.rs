@@ -11,7 +11,7 @@ use kube::api::{DeleteParams, PostParams};
 use serde_json::{Value, json};
 use stack_core::model::StackId;
 use stack_core::stacks::CREATE_DEADLINE;
-use stack_tests::api::{API_KEY, ApiHarness, WEB_POD};
+use stack_tests::api::{API_KEY, ApiHarness, WEB_POD, listed_ids};
 use stack_tests::env::SimulatedNode;
 use stack_tests::reconciler::running_record;
 
@@ -706,5 +706,71 @@ async fn a_read_answers_before_the_lambda_invocation_ends_even_if_the_apiserver_
     );
     // A timed-out read changes nothing.
     assert_eq!(api.records().await, vec![record]);
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn list_pages_walk_every_stack_once_oldest_first() {
+    let api = ApiHarness::start().await;
+    let created = api.create_stacks(5).await;
+    let oldest_first: Vec<String> = api.records().await.iter().map(|r| r.stack_id.to_string()).collect();
+    assert_eq!(
+        oldest_first.iter().collect::<HashSet<_>>(),
+        created.iter().collect::<HashSet<_>>()
+    );
+
+    let pages = api.walk_pages(Some(2)).await;
+    let sizes: Vec<usize> = pages
+        .iter()
+        .map(|p| p.json["stacks"].as_array().unwrap().len())
+        .collect();
+    assert_eq!(sizes, vec![2, 2, 1]);
+    assert_eq!(listed_ids(&pages), oldest_first, "each stack once, oldest first");
+    // Stacks in a page are whole: manifests included.
+    for stack in pages.iter().flat_map(|p| p.json["stacks"].as_array().unwrap()) {
+        assert!(stack["pod_spec"].as_str().unwrap().contains("kind: Pod"), "{stack}");
+    }
+    // Without parameters: the first page, here every stack, and no cursor.
+    let first = api.call(Method::GET, "/stacks", None).await;
+    assert_eq!(first.status, 200);
+    assert_eq!(listed_ids(std::slice::from_ref(&first)), oldest_first);
+    assert!(first.json.get("next_cursor").is_none(), "{}", first.json);
+    // A limit equal to the count ends the list in one page.
+    let exact = api.walk_pages(Some(5)).await;
+    assert_eq!(exact.len(), 1);
+
+    // A stack deleted between two pages is simply no longer listed.
+    let page1 = api.call(Method::GET, "/stacks?limit=2", None).await;
+    let cursor = page1.json["next_cursor"].as_str().unwrap().to_owned();
+    let deleted = api
+        .call(Method::DELETE, &format!("/stacks/{}", oldest_first[2]), None)
+        .await;
+    assert_eq!(deleted.status, 200);
+    let page2 = api
+        .call(Method::GET, &format!("/stacks?limit=2&cursor={cursor}"), None)
+        .await;
+    assert_eq!(listed_ids(std::slice::from_ref(&page2)), oldest_first[3..5].to_vec());
+    assert!(page2.json.get("next_cursor").is_none(), "{}", page2.json);
+
+    // Bad parameters are the client's mistake.
+    let mut tampered = cursor.clone().into_bytes();
+    tampered[4] = if tampered[4] == b'x' { b'y' } else { b'x' };
+    let tampered = String::from_utf8(tampered).unwrap();
+    for query in [
+        "limit=0".to_owned(),
+        "limit=1001".to_owned(),
+        "limit=-3".to_owned(),
+        "limit=abc".to_owned(),
+        "limit=".to_owned(),
+        "limit=2&limit=3".to_owned(),
+        "cursor=".to_owned(),
+        "cursor=not-a-cursor".to_owned(),
+        format!("cursor={tampered}"),
+        format!("cursor={}", &cursor[..cursor.len() - 3]),
+    ] {
+        let reply = api.call(Method::GET, &format!("/stacks?{query}"), None).await;
+        assert_eq!(reply.status, 400, "{query}: {}", reply.json);
+        assert!(reply.json["error"].as_str().unwrap().starts_with("invalid "), "{query}");
+    }
     api.finish().await;
 }

@@ -1,10 +1,17 @@
 //! The stack store against DynamoDB Local: a record and its manifest (kept in an item of their
-//! own) are written, read and removed together. Needs `tests/env/up`.
+//! own, compressed) are written, read and removed together; stacks page oldest first. Through
+//! the API: manifests at the validator's limits are stored whole or refused before anything
+//! exists, and a page of large stacks stays under the byte bound (here rather than in api.rs,
+//! whose tests run concurrently and include timing-sensitive ones). Needs `tests/env/up`.
 
+use http::Method;
 use jiff::{SignedDuration, Timestamp};
+use serde_json::json;
 use stack_core::model::StackId;
-use stack_core::store::{Manifest, Store, StoreError};
+use stack_core::store::{ListCursor, MAX_ITEM_BYTES, Manifest, Store, StoreError, StoredManifest, UnstorableManifest};
+use stack_tests::api::{ApiHarness, Reply, listed_ids};
 use stack_tests::env::TestEnv;
+use stack_tests::manifests::{noise, put_plain_manifest};
 use stack_tests::reconciler::running_record;
 
 #[tokio::test]
@@ -43,4 +50,231 @@ async fn record_and_manifest_are_written_read_and_removed_together() {
     // Deleting what is gone succeeds.
     store.delete_stack(&record).await.unwrap();
     table.delete().await.unwrap();
+}
+
+#[tokio::test]
+async fn manifests_written_before_compression_still_read() {
+    let env = TestEnv::connect().await.expect("local environment (run tests/env/up)");
+    let table = env.fresh_table("store").await.expect("fresh table");
+    let store = Store::new(env.dynamodb.clone(), table.name(), true);
+    let id = StackId::generate();
+    let ttl = Timestamp::now() + SignedDuration::from_hours(1);
+    let mut record = running_record(&id, "stacks", "node-1", Some("203.0.113.1"), ttl);
+    store.put_new_stack(&record).await.unwrap();
+    // As the previous version wrote it: the manifest as a plain string attribute.
+    record.pod_spec = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: \"old é\"\n".into();
+    put_plain_manifest(&store, &id, &record.pod_spec).await.unwrap();
+
+    assert_eq!(
+        store.get_stack(&id, Manifest::Include).await.unwrap(),
+        Some(record.clone())
+    );
+    assert_eq!(
+        store.list_stacks(Manifest::Include).await.unwrap(),
+        vec![record.clone()]
+    );
+    assert_eq!(
+        store.get_stacks(std::slice::from_ref(&id)).await.unwrap(),
+        vec![record.clone()]
+    );
+    store.delete_stack(&record).await.unwrap();
+    assert_eq!(store.count_manifests().await.unwrap(), 0);
+    table.delete().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_largest_manifest_encode_accepts_is_one_dynamodb_stores() {
+    let env = TestEnv::connect().await.expect("local environment (run tests/env/up)");
+    let table = env.fresh_table("store").await.expect("fresh table");
+    let store = Store::new(env.dynamodb.clone(), table.name(), true);
+    // Incompressible text: the longest whose item still fits, found by bisection.
+    let text = noise(MAX_ITEM_BYTES * 2, 7);
+    let (mut fits, mut too_long) = (MAX_ITEM_BYTES / 2, text.len());
+    while too_long - fits > 1 {
+        let mid = (fits + too_long) / 2;
+        match StoredManifest::encode(&text[..mid]) {
+            Ok(_) => fits = mid,
+            Err(UnstorableManifest::TooLarge { .. }) => too_long = mid,
+            Err(other) => panic!("{other}"),
+        }
+    }
+    let largest = StoredManifest::encode(&text[..fits]).unwrap();
+    assert!(largest.item_bytes() > MAX_ITEM_BYTES - 64, "{}", largest.item_bytes());
+
+    let id = StackId::generate();
+    let ttl = Timestamp::now() + SignedDuration::from_hours(1);
+    let mut record = running_record(&id, "stacks", "node-1", None, ttl);
+    record.pod_spec = text[..fits].to_owned();
+    store.put_new_stack(&record).await.unwrap();
+    assert_eq!(
+        store.get_stack(&id, Manifest::Include).await.unwrap(),
+        Some(record.clone())
+    );
+
+    // One byte more is refused by the store itself, as a client error, and nothing is written.
+    let mut other = running_record(&StackId::generate(), "stacks", "node-1", None, ttl);
+    other.pod_spec = text[..too_long].to_owned();
+    let refused = store.put_new_stack(&other).await;
+    assert!(matches!(refused, Err(StoreError::Unstorable(_))), "{refused:?}");
+    assert_eq!(store.list_stacks(Manifest::Omit).await.unwrap().len(), 1);
+    table.delete().await.unwrap();
+}
+
+#[tokio::test]
+async fn stack_keys_page_oldest_first_and_each_once() {
+    let env = TestEnv::connect().await.expect("local environment (run tests/env/up)");
+    let table = env.fresh_table("store").await.expect("fresh table");
+    let store = Store::new(env.dynamodb.clone(), table.name(), true);
+    let ttl = Timestamp::now() + SignedDuration::from_hours(1);
+    let start = Timestamp::now() - SignedDuration::from_hours(1);
+    let mut records = Vec::new();
+    // Written newest first, with a whole second and a tie among them.
+    for minutes in [6, 5, 4, 3, 3, 2, 1] {
+        let id = StackId::generate();
+        let mut record = running_record(&id, "stacks", "node-1", None, ttl);
+        record.created_at = Timestamp::from_second(start.as_second()).unwrap() + SignedDuration::from_mins(minutes);
+        if minutes != 4 {
+            record.created_at += SignedDuration::from_micros(22);
+        }
+        store.put_new_stack(&record).await.unwrap();
+        records.push(record);
+    }
+    records.sort_by_key(|r| r.created_at);
+
+    let mut seen = Vec::new();
+    let mut after: Option<ListCursor> = None;
+    let mut pages = 0;
+    loop {
+        let (keys, more) = store.list_stack_keys(after.as_ref(), 3).await.unwrap();
+        pages += 1;
+        assert!(keys.len() <= 3);
+        let ids: Vec<StackId> = keys.iter().map(|k| k.stack_id().clone()).collect();
+        let page = store.get_stacks(&ids).await.unwrap();
+        assert_eq!(page.iter().map(|r| r.stack_id.clone()).collect::<Vec<_>>(), ids);
+        seen.extend(page);
+        if !more {
+            break;
+        }
+        // As a client hands it back.
+        after = Some(ListCursor::decode(&keys.last().unwrap().encode()).unwrap());
+    }
+    assert_eq!(pages, 3);
+    let created: Vec<Timestamp> = seen.iter().map(|r| r.created_at).collect();
+    assert!(created.is_sorted(), "{created:?}");
+    let mut seen_ids: Vec<&StackId> = seen.iter().map(|r| &r.stack_id).collect();
+    seen_ids.sort();
+    let mut all_ids: Vec<&StackId> = records.iter().map(|r| &r.stack_id).collect();
+    all_ids.sort();
+    assert_eq!(seen_ids, all_ids, "every stack exactly once");
+    assert_eq!(seen.len(), records.len());
+    // A full last page says no more follow; an empty table lists nothing.
+    assert!(!store.list_stack_keys(None, 7).await.unwrap().1);
+    for record in &records {
+        store.delete_stack(record).await.unwrap();
+    }
+    assert_eq!(store.list_stack_keys(None, 7).await.unwrap(), (vec![], false));
+    table.delete().await.unwrap();
+}
+
+fn stack_id(reply: &Reply) -> String {
+    reply.json["stack_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no stack_id in {}", reply.json))
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_page_of_large_manifests_stays_under_the_byte_bound() {
+    let api = ApiHarness::start().await;
+    let ids = api.create_stacks(12).await;
+    // Manifests of 350 kB, quote- and line-heavy (each quote takes 4 bytes once the JSON body
+    // is embedded in the Lambda response), written as stored before compression.
+    let line = "        - name: \"QUOTED\"\n          value: \"a \\\"b\\\" c\"\n";
+    let large = line.repeat(350_000 / line.len());
+    let store = api.state.stacks.store();
+    for id in &ids {
+        stack_tests::manifests::put_plain_manifest(store, &id.parse().unwrap(), &large)
+            .await
+            .unwrap();
+    }
+
+    let pages = api.walk_pages(None).await;
+    let oldest_first: Vec<String> = api.records().await.iter().map(|r| r.stack_id.to_string()).collect();
+    assert_eq!(listed_ids(&pages), oldest_first, "each stack once, oldest first");
+    assert!(pages.len() >= 2, "12 stacks of this size cannot fit one page");
+    let mut total = 0;
+    for page in &pages {
+        let body = page.json.to_string();
+        // What the function returns to Lambda: the body as a JSON string in the response.
+        let payload = serde_json::to_string(&body).unwrap().len();
+        total += payload;
+        println!(
+            "page of {} stacks: body {} bytes, payload {payload} bytes",
+            page.json["stacks"].as_array().unwrap().len(),
+            body.len()
+        );
+        assert!(payload <= 4 * 1024 * 1024 + 1024, "payload {payload} bytes");
+        for stack in page.json["stacks"].as_array().unwrap() {
+            assert_eq!(stack["pod_spec"], large.as_str());
+        }
+    }
+    assert!(
+        total > 6_000_000,
+        "the stacks together would pass Lambda's limit: {total}"
+    );
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn manifests_at_the_validator_limits_are_stored_whole_or_refused_before_anything_exists() {
+    use stack_tests::manifests::{ENV_ENTRIES, ENV_VALUE_BYTES, alias_env_pod, noise, prose};
+    let api = ApiHarness::start().await;
+    for (content, manifest) in [
+        ("prose", alias_env_pod(|i| prose(ENV_VALUE_BYTES, i))),
+        ("noise", alias_env_pod(|i| noise(ENV_VALUE_BYTES, i as u64 + 1))),
+    ] {
+        assert!(manifest.len() <= 256 * 1024, "{content}: {} bytes", manifest.len());
+        assert!(manifest.len() > 250 * 1024, "{content}: at the limit");
+        let cluster_calls = api.kube_calls.get();
+        let created = api.create(&manifest, json!(80)).await;
+        match created.status {
+            201 => {
+                let id = stack_id(&created);
+                let pod_spec = created.json["pod_spec"].as_str().unwrap();
+                // Hardened, with both containers' env spelled out: larger than the input.
+                assert!(pod_spec.len() > 2 * ENV_ENTRIES * ENV_VALUE_BYTES, "{content}");
+                let got = api.call(Method::GET, &format!("/stacks/{id}"), None).await;
+                assert_eq!(got.status, 200, "{content}");
+                assert!(
+                    got.json["pod_spec"] == created.json["pod_spec"],
+                    "{content}: read back differs"
+                );
+                let listed = api.call(Method::GET, "/stacks", None).await;
+                assert!(
+                    listed.json["stacks"][0]["pod_spec"] == created.json["pod_spec"],
+                    "{content}: listed differs"
+                );
+                println!("{content}: stored, {} bytes hardened", pod_spec.len());
+                let deleted = api.call(Method::DELETE, &format!("/stacks/{id}"), None).await;
+                assert_eq!(deleted.status, 200);
+            }
+            400 => {
+                let message = created.json["error"].as_str().unwrap();
+                assert!(
+                    message.starts_with("invalid pod spec: manifest is"),
+                    "{content}: {message}"
+                );
+                // Refused before the cluster was asked anything.
+                assert_eq!(api.kube_calls.get(), cluster_calls, "{content}: cluster called");
+                println!("{content}: refused: {message}");
+            }
+            other => panic!("{content}: {other} {}", created.json),
+        }
+        // Compressible content at the limits is always kept.
+        if content == "prose" {
+            assert_eq!(created.status, 201, "{}", created.json);
+        }
+        api.assert_nothing_left().await;
+    }
+    api.finish().await;
 }

@@ -1,12 +1,23 @@
-//! JSON shapes of the contract: the Stack and StatusSummary objects and the create request
-//! in both client generations (v1: `target_port` array; v0: one integer, TCP).
+//! JSON shapes of the contract: the Stack and StatusSummary objects, the create request in
+//! both client generations (v1: `target_port` array; v0: one integer, TCP) and the list page.
+
+use std::io;
 
 use jiff::Timestamp;
 use serde::Serialize;
 use serde_json::Value;
 use stack_core::model::{PortMapping, Protocol, StackRecord, StackStatus, TargetPort};
+use stack_core::store::ListCursor;
 
 use crate::error::ApiError;
+
+/// `GET /stacks` page size when `limit` is not given.
+pub const DEFAULT_PAGE_LIMIT: usize = 100;
+/// Largest `limit` accepted.
+pub const MAX_PAGE_LIMIT: usize = 1000;
+/// What one page's stacks may take in the function's response (see [`payload_bytes`]):
+/// far below Lambda's 6 MB response limit, whatever the manifests are.
+pub const MAX_PAGE_PAYLOAD_BYTES: usize = 4 * 1024 * 1024;
 
 #[derive(Debug, Serialize)]
 pub struct StackView<'a> {
@@ -74,6 +85,81 @@ impl<'a> From<&'a StackRecord> for StatusView<'a> {
             target_port: r.ports.first().map(|p| p.container_port),
             node_port: r.ports.first().map(|p| p.node_port),
         }
+    }
+}
+
+/// `{"stacks": [...], "next_cursor": "..."}`; `next_cursor` only when another page follows.
+#[derive(Debug, Serialize)]
+pub struct StackPage<'a> {
+    pub stacks: Vec<StackView<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// The query of `GET /stacks`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ListQuery {
+    pub limit: usize,
+    /// Where the page starts; the first page without it.
+    pub cursor: Option<ListCursor>,
+}
+
+/// Parses `limit` (1..=1000, default 100) and `cursor` (from a previous page); other
+/// parameters (`api_key`) are not ours to judge.
+pub fn parse_list_query(query: Option<&str>) -> Result<ListQuery, ApiError> {
+    let mut limit = None;
+    let mut cursor = None;
+    for (name, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        match name.as_ref() {
+            "limit" if limit.is_some() => return Err(ApiError::bad_request("invalid limit: given twice")),
+            "limit" => limit = Some(page_limit(&value)?),
+            "cursor" if cursor.is_some() => return Err(ApiError::bad_request("invalid cursor: given twice")),
+            "cursor" => {
+                cursor = Some(ListCursor::decode(&value).map_err(|_| ApiError::bad_request("invalid cursor"))?);
+            }
+            _ => {}
+        }
+    }
+    Ok(ListQuery {
+        limit: limit.unwrap_or(DEFAULT_PAGE_LIMIT),
+        cursor,
+    })
+}
+
+fn page_limit(value: &str) -> Result<usize, ApiError> {
+    let invalid = || ApiError::bad_request(format!("invalid limit: must be an integer from 1 to {MAX_PAGE_LIMIT}"));
+    if value.is_empty() || value.len() > 4 || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(invalid());
+    }
+    value
+        .parse()
+        .ok()
+        .filter(|n| (1..=MAX_PAGE_LIMIT).contains(n))
+        .ok_or_else(invalid)
+}
+
+/// Bytes `value` takes in the function's response: its JSON, plus one per `"` and `\`, which
+/// are escaped once more where the body is embedded as a string in the Lambda response.
+pub fn payload_bytes(value: &impl Serialize) -> usize {
+    let mut counter = PayloadCounter { bytes: 0 };
+    // Counting never fails, and our views always serialize.
+    let _ = serde_json::to_writer(&mut counter, value);
+    counter.bytes
+}
+
+struct PayloadCounter {
+    bytes: usize,
+}
+
+impl io::Write for PayloadCounter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let escaped = buf.iter().filter(|&&b| b == b'"' || b == b'\\').count();
+        self.bytes = self.bytes.saturating_add(buf.len() + escaped);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }
 
@@ -171,6 +257,46 @@ mod tests {
                 container_port: 8080,
                 protocol: Protocol::Tcp
             }]
+        );
+    }
+
+    #[test]
+    fn list_query_takes_a_limit_and_a_cursor() {
+        let all = parse_list_query(None).unwrap();
+        assert_eq!((all.limit, all.cursor), (DEFAULT_PAGE_LIMIT, None));
+        assert_eq!(parse_list_query(Some("api_key=k&limit=1")).unwrap().limit, 1);
+        assert_eq!(parse_list_query(Some("limit=1000")).unwrap().limit, 1000);
+        for bad in [
+            "limit=0",
+            "limit=1001",
+            "limit=-1",
+            "limit=+5",
+            "limit=5.0",
+            "limit=ten",
+            "limit=",
+            "limit=99999999999999999999",
+            "limit=5&limit=6",
+        ] {
+            let err = parse_list_query(Some(bad)).unwrap_err();
+            assert_eq!(err.status.as_u16(), 400, "{bad}");
+            assert!(err.message.starts_with("invalid limit"), "{bad}: {}", err.message);
+        }
+        for bad in ["cursor=", "cursor=abc", "cursor=%00%01"] {
+            let err = parse_list_query(Some(bad)).unwrap_err();
+            assert_eq!(
+                (err.status.as_u16(), err.message.as_str()),
+                (400, "invalid cursor"),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn payload_counts_the_second_escaping_of_the_body() {
+        assert_eq!(payload_bytes(&"ab"), 4 + 2);
+        assert_eq!(
+            payload_bytes(&"a\nb\"q\""),
+            serde_json::to_string(&"a\nb\"q\"").unwrap().len() + 7
         );
     }
 

@@ -30,7 +30,7 @@ use jiff::Timestamp;
 use super::{StackError, Stacks, signed};
 use crate::cluster::{Scheduling, node_external_ip};
 use crate::model::{StackId, StackRecord, StackStatus, TargetPort};
-use crate::store::{IdempotencyClaim, Manifest, StoreError};
+use crate::store::{IdempotencyClaim, Manifest, StoreError, StoredManifest};
 use crate::validate::{self, HardenedPod};
 
 /// A claim this old without a stack record belongs to a create that died.
@@ -101,6 +101,8 @@ impl Stacks {
         let id = StackId::generate();
         let hardened = validate::validate(&request.manifest, &request.target_ports, &id, &self.policy)
             .map_err(|rejection| StackError::Invalid(format!("invalid pod spec: {rejection}")))?;
+        // Encoded and measured before anything is created: what cannot be stored is a 400.
+        let manifest = StoredManifest::encode(&hardened.yaml)?;
         let _slot = self.admission.enter().await?;
         let progress = Progress::new();
         let work = async {
@@ -110,7 +112,7 @@ impl Stacks {
                     return Ok(CreateOutcome::Replayed(existing));
                 }
             }
-            self.create_claimed(&id, hardened, &request, started, &progress)
+            self.create_claimed(&id, hardened, &manifest, &request, started, &progress)
                 .await
                 .map(CreateOutcome::Created)
         };
@@ -212,6 +214,7 @@ impl Stacks {
         &self,
         id: &StackId,
         hardened: HardenedPod,
+        manifest: &StoredManifest,
         request: &CreateRequest,
         started: Instant,
         progress: &Progress,
@@ -223,7 +226,7 @@ impl Stacks {
         let (node_id, node_public_ip) = self.await_placement(id, started).await?;
         let record = self.new_record(id, hardened, request, ports, node_id, node_public_ip);
         progress.reach(Reached::Record);
-        self.put_record(&record).await?;
+        self.put_record(&record, manifest).await?;
         Ok(record)
     }
 
@@ -273,8 +276,8 @@ impl Stacks {
 
     /// Writes the record, last. A condition failure can be the SDK's retry finding its own
     /// first attempt: that record is ours, anything else is an id collision.
-    async fn put_record(&self, record: &StackRecord) -> Result<(), StackError> {
-        match self.store.put_new_stack(record).await {
+    async fn put_record(&self, record: &StackRecord, manifest: &StoredManifest) -> Result<(), StackError> {
+        match self.store.put_new_stack_with(record, manifest).await {
             Ok(()) => Ok(()),
             Err(StoreError::ConditionFailed) => {
                 let stored = self.store.get_stack(&record.stack_id, Manifest::Omit).await?;

@@ -14,12 +14,12 @@ use jiff::{SignedDuration, Timestamp};
 pub use assess::{Assessment, GoneReason, StackObjects, assess};
 pub use batch::JobProgress;
 pub use create::{CREATE_DEADLINE, CREATE_WORK_BUDGET, CreateOutcome, CreateRequest};
-pub use read::Stats;
+pub use read::{ListPage, Stats};
 
 use crate::cluster::{self, Cluster, ClusterError, NamespacePolicy};
 use crate::config::{Config, ConfigError};
 use crate::model::{StackId, StackRecord};
-use crate::store::{Manifest, Store, StoreError};
+use crate::store::{Manifest, Store, StoreError, UnstorableManifest};
 use crate::validate::ValidationPolicy;
 
 /// Start-up failures.
@@ -52,7 +52,7 @@ pub enum StackError {
     #[error("{0}")]
     Unavailable(String),
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(StoreError),
     #[error(transparent)]
     Cluster(ClusterError),
 }
@@ -84,6 +84,22 @@ impl StackError {
             StackError::Cluster(err) if err.is_transient() => ErrorClass::Unavailable,
             StackError::Store(_) | StackError::Cluster(_) => ErrorClass::Internal,
         }
+    }
+}
+
+impl From<StoreError> for StackError {
+    fn from(err: StoreError) -> Self {
+        match err {
+            StoreError::Unstorable(why) => why.into(),
+            other => StackError::Store(other),
+        }
+    }
+}
+
+/// A manifest too large to keep is the request's fault, refused before anything is created.
+impl From<UnstorableManifest> for StackError {
+    fn from(why: UnstorableManifest) -> Self {
+        StackError::Invalid(format!("invalid pod spec: {why}"))
     }
 }
 
@@ -209,4 +225,28 @@ impl Stacks {
 
 pub(crate) fn signed(d: std::time::Duration) -> SignedDuration {
     SignedDuration::try_from(d).unwrap_or(SignedDuration::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_manifest_too_large_to_store_is_the_requests_fault() {
+        let why = UnstorableManifest::TooLarge {
+            bytes: 600_000,
+            stored: 420_000,
+            max: 409_600,
+        };
+        let err = StackError::from(StoreError::Unstorable(why.clone()));
+        let StackError::Invalid(message) = err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(message, format!("invalid pod spec: {why}"));
+        assert!(message.contains("420000"), "{message}");
+        assert!(matches!(
+            StackError::from(StoreError::ConditionFailed),
+            StackError::Store(StoreError::ConditionFailed)
+        ));
+    }
 }

@@ -10,10 +10,21 @@ use serde::Serialize;
 
 use super::{Assessment, StackError, StackObjects, Stacks, assess};
 use crate::model::{STACK_ID_LABEL, StackId, StackRecord};
-use crate::store::{Manifest, ObservedState, StoreError};
+use crate::store::{ListCursor, Manifest, ObservedState, StoreError};
 
 /// How many gone stacks a list removes at once.
 const REMOVAL_CONCURRENCY: usize = 8;
+/// Stacks read per BatchGetItem while filling a page: with their manifests (items of at most
+/// 400 KB) an answer stays below its 16 MB cap, and little is read past a full page.
+const PAGE_FETCH_STACKS: usize = 25;
+
+/// One page of the stack list, oldest first.
+#[derive(Debug)]
+pub struct ListPage {
+    pub stacks: Vec<StackRecord>,
+    /// Where the next page starts; `None` on the last page.
+    pub next: Option<ListCursor>,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Stats {
@@ -77,15 +88,59 @@ impl Stacks {
             .ok_or(StackError::NotFound)
     }
 
-    /// Every stack with its manifest, oldest first, refreshed with a constant number of
-    /// cluster calls.
-    pub async fn list(&self) -> Result<Vec<StackRecord>, StackError> {
-        self.list_refreshed(Manifest::Include).await
+    /// Up to `limit` stacks with their manifests after `after`, oldest first, refreshed with a
+    /// constant number of cluster calls. The page also ends before its stacks' `weigh`t would
+    /// pass `max_bytes` (it always holds at least one), so a response stays bounded whatever
+    /// the manifests are; `next` then resumes after its last stack.
+    pub async fn list_page(
+        &self,
+        after: Option<&ListCursor>,
+        limit: usize,
+        max_bytes: usize,
+        weigh: impl Fn(&StackRecord) -> usize,
+    ) -> Result<ListPage, StackError> {
+        let (keys, more) = self.store.list_stack_keys(after, limit).await?;
+        let mut page = Vec::new();
+        let mut bytes = 0_usize;
+        let mut last = None;
+        let mut full = false;
+        'chunks: for chunk in keys.chunks(PAGE_FETCH_STACKS) {
+            let ids: Vec<StackId> = chunk.iter().map(|k| k.stack_id().clone()).collect();
+            let mut records = self.store.get_stacks(&ids).await?.into_iter().peekable();
+            for key in chunk {
+                // A key without a stack was deleted after the index was read: skipped.
+                if let Some(record) = records.next_if(|r| &r.stack_id == key.stack_id()) {
+                    let weight = weigh(&record);
+                    if !page.is_empty() && bytes.saturating_add(weight) > max_bytes {
+                        full = true;
+                        break 'chunks;
+                    }
+                    bytes = bytes.saturating_add(weight);
+                    page.push(record);
+                }
+                last = Some(key);
+            }
+        }
+        let next = if full || more { last.cloned() } else { None };
+        Ok(ListPage {
+            stacks: self.refreshed(page).await?,
+            next,
+        })
     }
 
     async fn list_refreshed(&self, manifest: Manifest) -> Result<Vec<StackRecord>, StackError> {
-        let (records, pods, services, nodes) = tokio::try_join!(
-            async { self.store.list_stacks(manifest).await.map_err(StackError::from) },
+        let records = self.store.list_stacks(manifest).await?;
+        self.refreshed(records).await
+    }
+
+    /// `records` brought in line with the cluster (gone ones removed). The cluster is read
+    /// after the records: a record is written after its pod and service, so a stack whose
+    /// record was read is never mistaken for gone because its pod was listed too early.
+    async fn refreshed(&self, records: Vec<StackRecord>) -> Result<Vec<StackRecord>, StackError> {
+        if records.is_empty() {
+            return Ok(records);
+        }
+        let (pods, services, nodes) = tokio::try_join!(
             async { self.cluster.list_stack_pods().await.map_err(StackError::from) },
             async { self.cluster.list_stack_services().await.map_err(StackError::from) },
             async { self.cluster.list_nodes().await.map_err(StackError::from) },

@@ -24,6 +24,9 @@ pub enum StoreError {
     },
     #[error("stored item is malformed: {0}")]
     Malformed(String),
+    /// The manifest cannot be kept (the request's fault).
+    #[error(transparent)]
+    Unstorable(#[from] super::UnstorableManifest),
 }
 
 impl StoreError {

@@ -3,24 +3,29 @@
 //! | pk      | sk          | item                                   | TTL (`expires_at`) |
 //! |---------|-------------|----------------------------------------|--------------------|
 //! | `STACK` | stack id    | [`StackRecord`](crate::model::StackRecord) without `pod_spec` | none: the reconciler ends stacks |
-//! | `MANIFEST` | stack id | the record's `pod_spec`, written and deleted with it | none |
+//! | `MANIFEST` | stack id | the record's `pod_spec` (zstd, see [`StoredManifest`]), written and deleted with it | none |
 //! | `IDEM`  | key         | idempotency claim                      | stack lifetime     |
 //! | `JOB`   | job id      | [`BatchDeleteJob`](crate::model::BatchDeleteJob) | one day  |
 //! | `LEASE` | name        | reconciler lease                       | lease expiry       |
 //!
-//! Stacks share one partition so that listing them is a consistent, paginated query (never a scan).
+//! Stacks share one partition so that reading them all is a consistent, paginated query (never
+//! a scan); the `created_at` index (keys only) pages through them oldest first.
 
+mod cursor;
 mod error;
 mod idempotency;
 mod item;
 mod jobs;
 mod lease;
+mod manifest;
 mod stacks;
 
 use aws_sdk_dynamodb::Client;
 
+pub use cursor::{InvalidCursor, ListCursor};
 pub use error::StoreError;
 pub use idempotency::IdempotencyClaim;
+pub use manifest::{MAX_ITEM_BYTES, MAX_MANIFEST_TEXT_BYTES, StoredManifest, UnstorableManifest};
 pub use stacks::{Manifest, ObservedState};
 
 /// Handle on the stack table; cheap to clone, built once per process.

@@ -2,23 +2,35 @@
 //!
 //! The manifest is most of a stack's size. Kept out of the record, a query over every stack
 //! (the reconciler's, every minute) reads a few pages whatever the challenges' manifests are.
-//! Record and manifest are written and deleted together, in one transaction.
+//! Record and manifest are written and deleted together, in one transaction, and read
+//! record first: a listed record's manifest is read by its key, never from a second listing
+//! that may have seen other stacks.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem};
+use aws_sdk_dynamodb::types::{AttributeValue, Delete, KeysAndAttributes, Put, TransactWriteItem};
 use jiff::Timestamp;
 
+use super::cursor::ListCursor;
 use super::item::{Item, PK, SK, from_item, key, s, to_item};
+use super::manifest::{self, MANIFEST_ATTR, StoredManifest};
 use super::{Store, StoreError, idempotency};
 use crate::model::{StackId, StackRecord, StackStatus};
 
 const STACK_PK: &str = "STACK";
 const MANIFEST_PK: &str = "MANIFEST";
-/// The record field that lives in the manifest item.
-const MANIFEST_ATTR: &str = "pod_spec";
+/// The index ordering items of a partition by `created_at` (template.yaml, keys only). It
+/// orders the stored strings (RFC 3339, a fraction only when non-zero): a stack created on an
+/// exact whole second sorts after the others of that second. Paging stays exact either way.
+const CREATED_INDEX: &str = "created_at";
+const CREATED_ATTR: &str = "created_at";
+/// Most keys one BatchGetItem takes.
+const BATCH_GET_KEYS: usize = 100;
+/// BatchGetItem rounds for one set of keys (DynamoDB hands back what it could not read).
+const BATCH_GET_ROUNDS: u32 = 8;
 
 /// Whether a read fetches the stack's manifest (`pod_spec`) too: one more read, needed only
 /// where the manifest is shown.
@@ -50,12 +62,18 @@ impl ObservedState {
 impl Store {
     /// Writes a new record and its manifest; fails with `ConditionFailed` if the id exists.
     pub async fn put_new_stack(&self, record: &StackRecord) -> Result<(), StoreError> {
+        let manifest = StoredManifest::encode(&record.pod_spec)?;
+        self.put_new_stack_with(record, &manifest).await
+    }
+
+    /// [`put_new_stack`](Self::put_new_stack) with the manifest already encoded (it must be
+    /// `record.pod_spec`'s).
+    pub async fn put_new_stack_with(&self, record: &StackRecord, stored: &StoredManifest) -> Result<(), StoreError> {
         let id = record.stack_id.as_str();
         let mut item = to_item(STACK_PK, id, record, None)?;
+        item.remove(MANIFEST_ATTR);
         let mut manifest = key(MANIFEST_PK, id);
-        if let Some(spec) = item.remove(MANIFEST_ATTR) {
-            manifest.insert(MANIFEST_ATTR.to_owned(), spec);
-        }
+        manifest.insert(MANIFEST_ATTR.to_owned(), stored.attribute());
         let put_record = Put::builder()
             .table_name(&self.table)
             .set_item(Some(item))
@@ -100,7 +118,7 @@ impl Store {
             if manifest == Manifest::Omit {
                 return Ok(None);
             }
-            Ok(self.get_item(MANIFEST_PK, id).await?.and_then(manifest_of))
+            self.get_item(MANIFEST_PK, id).await?.map(manifest_of).transpose()
         };
         let (record, spec) = tokio::try_join!(read_record, read_manifest)?;
         Ok(record.map(|mut record| {
@@ -111,28 +129,16 @@ impl Store {
         }))
     }
 
-    /// Every stack record, oldest first (one paginated query; a second one for the manifests).
+    /// Every stack record, oldest first (one paginated query; with manifests, then read by key).
     pub async fn list_stacks(&self, manifest: Manifest) -> Result<Vec<StackRecord>, StoreError> {
-        let read_manifests = async {
-            match manifest {
-                Manifest::Omit => Ok(HashMap::new()),
-                Manifest::Include => self
-                    .query_partition(MANIFEST_PK, |mut item| {
-                        let id = match item.remove(SK) {
-                            Some(AttributeValue::S(id)) => id,
-                            _ => return Err(StoreError::Malformed("manifest item without sk".into())),
-                        };
-                        Ok(manifest_of(item).map(|spec| (id, spec)))
-                    })
-                    .await
-                    .map(|pairs| pairs.into_iter().flatten().collect::<HashMap<String, String>>()),
-            }
-        };
-        let (mut records, mut specs) =
-            tokio::try_join!(self.query_partition(STACK_PK, from_item::<StackRecord>), read_manifests)?;
-        for record in &mut records {
-            if let Some(spec) = specs.remove(record.stack_id.as_str()) {
-                record.pod_spec = spec;
+        let mut records = self.query_partition(STACK_PK, from_item::<StackRecord>).await?;
+        if manifest == Manifest::Include {
+            let ids: Vec<StackId> = records.iter().map(|r| r.stack_id.clone()).collect();
+            let mut specs = self.get_manifests(&ids).await?;
+            for record in &mut records {
+                if let Some(spec) = specs.remove(record.stack_id.as_str()) {
+                    record.pod_spec = spec;
+                }
             }
         }
         records.sort_by(|a, b| {
@@ -141,6 +147,144 @@ impl Store {
                 .then_with(|| a.stack_id.cmp(&b.stack_id))
         });
         Ok(records)
+    }
+
+    /// Up to `limit` stack keys, oldest first, after `after` (from the start without it), and
+    /// whether more follow. Reads the `created_at` index, whose membership may lag a write by
+    /// a moment; read the stacks themselves with [`get_stacks`](Self::get_stacks).
+    pub async fn list_stack_keys(
+        &self,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<(Vec<ListCursor>, bool), StoreError> {
+        let mut keys = Vec::with_capacity(limit.min(1000) + 1);
+        let mut start = after.map(index_key);
+        loop {
+            // One more than asked tells whether another page exists.
+            let wanted = i32::try_from(limit + 1 - keys.len()).unwrap_or(i32::MAX);
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(CREATED_INDEX)
+                .key_condition_expression("#pk = :pk")
+                .expression_attribute_names("#pk", PK)
+                .expression_attribute_values(":pk", s(STACK_PK))
+                .limit(wanted)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| StoreError::backend("Query", e))?;
+            for item in out.items.unwrap_or_default() {
+                keys.push(cursor_of(&item)?);
+            }
+            if keys.len() > limit {
+                keys.truncate(limit);
+                return Ok((keys, true));
+            }
+            start = out.last_evaluated_key;
+            if start.is_none() {
+                return Ok((keys, false));
+            }
+        }
+    }
+
+    /// The stacks `ids` with their manifests, in the order given; ids without a record (or
+    /// whose record was deleted while they were read) are left out.
+    pub async fn get_stacks(&self, ids: &[StackId]) -> Result<Vec<StackRecord>, StoreError> {
+        let keys = ids
+            .iter()
+            .flat_map(|id| [key(STACK_PK, id.as_str()), key(MANIFEST_PK, id.as_str())])
+            .collect();
+        let mut records = HashMap::new();
+        let mut specs = HashMap::new();
+        for item in self.batch_get(keys).await? {
+            match item_key(&item)? {
+                (STACK_PK, id) => {
+                    let id = id.to_owned();
+                    records.insert(id, from_item::<StackRecord>(item)?);
+                }
+                (MANIFEST_PK, id) => {
+                    let id = id.to_owned();
+                    specs.insert(id, manifest_of(item)?);
+                }
+                _ => {}
+            }
+        }
+        Ok(ids
+            .iter()
+            .filter_map(|id| {
+                let mut record = records.remove(id.as_str())?;
+                match specs.remove(id.as_str()) {
+                    Some(spec) => record.pod_spec = spec,
+                    // Record and manifest go together: the stack was deleted between the reads.
+                    None if record.pod_spec.is_empty() => return None,
+                    None => {}
+                }
+                Some(record)
+            })
+            .collect())
+    }
+
+    /// The manifests of `ids` that exist, by stack id.
+    async fn get_manifests(&self, ids: &[StackId]) -> Result<HashMap<String, String>, StoreError> {
+        let keys = ids.iter().map(|id| key(MANIFEST_PK, id.as_str())).collect();
+        let mut specs = HashMap::new();
+        for item in self.batch_get(keys).await? {
+            let id = item_key(&item)?.1.to_owned();
+            specs.insert(id, manifest_of(item)?);
+        }
+        Ok(specs)
+    }
+
+    /// The items at `keys` that exist, in any order (BatchGetItem, consistent as configured).
+    async fn batch_get(&self, keys: Vec<Item>) -> Result<Vec<Item>, StoreError> {
+        let mut found = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(BATCH_GET_KEYS) {
+            let mut pending = Some(chunk.to_vec());
+            let mut round = 0;
+            while let Some(keys) = pending.take() {
+                let request = KeysAndAttributes::builder()
+                    .set_keys(Some(keys))
+                    .consistent_read(self.consistent_read)
+                    .build()
+                    .map_err(|e| StoreError::Malformed(e.to_string()))?;
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, request)
+                    .send()
+                    .await
+                    .map_err(|e| StoreError::backend("BatchGetItem", e))?;
+                let items = out
+                    .responses
+                    .and_then(|mut r| r.remove(&self.table))
+                    .unwrap_or_default();
+                let progressed = !items.is_empty();
+                found.extend(items);
+                pending = out
+                    .unprocessed_keys
+                    .and_then(|mut u| u.remove(&self.table))
+                    .map(|k| k.keys)
+                    .filter(|k| !k.is_empty());
+                if pending.is_some() {
+                    round += 1;
+                    if round >= BATCH_GET_ROUNDS {
+                        // DynamoDB left keys unread (throttling): try later.
+                        return Err(StoreError::Unavailable {
+                            operation: "BatchGetItem",
+                            source: "keys left unprocessed after retries".into(),
+                        });
+                    }
+                    // Nothing read at all means throttling: back off. A partial answer (its
+                    // 16 MB cap) is simply continued.
+                    if !progressed {
+                        tokio::time::sleep(Duration::from_millis(25 << round)).await;
+                    }
+                }
+            }
+        }
+        Ok(found)
     }
 
     async fn get_item(&self, pk: &str, id: &StackId) -> Result<Option<Item>, StoreError> {
@@ -290,11 +434,39 @@ impl Store {
 }
 
 /// The `pod_spec` of a manifest item.
-fn manifest_of(mut item: Item) -> Option<String> {
-    match item.remove(MANIFEST_ATTR) {
-        Some(AttributeValue::S(spec)) => Some(spec),
-        _ => None,
+fn manifest_of(item: Item) -> Result<String, StoreError> {
+    let value = item
+        .get(MANIFEST_ATTR)
+        .ok_or_else(|| StoreError::Malformed("manifest item without pod_spec".into()))?;
+    manifest::decode(value)
+}
+
+/// `(pk, sk)` of an item.
+fn item_key(item: &Item) -> Result<(&str, &str), StoreError> {
+    match (item.get(PK), item.get(SK)) {
+        (Some(AttributeValue::S(pk)), Some(AttributeValue::S(sk))) => Ok((pk, sk)),
+        _ => Err(StoreError::Malformed("item without pk/sk".into())),
     }
+}
+
+/// The position of an item of the `created_at` index.
+fn cursor_of(item: &Item) -> Result<ListCursor, StoreError> {
+    let (_, id) = item_key(item)?;
+    let created_at = match item.get(CREATED_ATTR) {
+        Some(AttributeValue::S(at)) => at.clone(),
+        _ => return Err(StoreError::Malformed("indexed stack without created_at".into())),
+    };
+    let id = id
+        .parse()
+        .map_err(|_| StoreError::Malformed(format!("stack record with id {id:?}")))?;
+    Ok(ListCursor::new(created_at, id))
+}
+
+/// The index key a query continues after (table keys and the index's sort key).
+fn index_key(cursor: &ListCursor) -> Item {
+    let mut item = key(STACK_PK, cursor.stack_id.as_str());
+    item.insert(CREATED_ATTR.to_owned(), s(cursor.created_at.clone()));
+    item
 }
 
 /// `now` rounded up to a whole second, as RFC 3339 without a fraction. Stored timestamps are

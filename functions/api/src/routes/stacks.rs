@@ -1,17 +1,20 @@
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use stack_core::model::{StackId, StackRecord};
 use stack_core::stacks::{CreateOutcome, CreateRequest};
+use stack_core::store::ListCursor;
 
 use crate::error::ApiError;
 use crate::request_log::LoggedStackId;
 use crate::state::AppState;
-use crate::wire::{StackView, StatusView, parse_create_body};
+use crate::wire::{
+    MAX_PAGE_PAYLOAD_BYTES, StackPage, StackView, StatusView, parse_create_body, parse_list_query, payload_bytes,
+};
 
 /// Longest `Idempotency-Key` accepted.
 const MAX_IDEMPOTENCY_KEY_LEN: usize = 256;
@@ -45,10 +48,20 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     Ok(Some(key.to_owned()))
 }
 
-pub async fn list(State(state): State<AppState>) -> Result<Response, ApiError> {
-    let records = state.stacks.list().await?;
-    let views: Vec<StackView<'_>> = records.iter().map(StackView::from).collect();
-    Ok(Json(json!({ "stacks": views })).into_response())
+/// One page of stacks, oldest first, bounded by `limit` and by its size in the response.
+pub async fn list(State(state): State<AppState>, RawQuery(query): RawQuery) -> Result<Response, ApiError> {
+    let query = parse_list_query(query.as_deref())?;
+    let page = state
+        .stacks
+        .list_page(query.cursor.as_ref(), query.limit, MAX_PAGE_PAYLOAD_BYTES, |record| {
+            payload_bytes(&StackView::from(record))
+        })
+        .await?;
+    let body = StackPage {
+        stacks: page.stacks.iter().map(StackView::from).collect(),
+        next_cursor: page.next.as_ref().map(ListCursor::encode),
+    };
+    Ok(Json(body).into_response())
 }
 
 pub async fn get(State(state): State<AppState>, Path(stack_id): Path<String>) -> Result<Response, ApiError> {

@@ -1,0 +1,81 @@
+//! Large manifests for the storage and list-size tests: at the validator's limits (256 KiB of
+//! text, twice that once aliases are expanded) and growing when hardened.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use stack_core::model::StackId;
+use stack_core::store::Store;
+
+/// Env variables in [`alias_env_pod`].
+pub const ENV_ENTRIES: usize = 26;
+/// Length of each variable's value: 26 values of 10,000 bytes fill the 256 KiB manifest, and
+/// the alias doubles them to just under the 512 KiB expansion budget.
+pub const ENV_VALUE_BYTES: usize = 10_000;
+
+/// Printable ASCII without `"` and `\` (safe in a double-quoted YAML scalar), uniformly
+/// drawn from a fixed seed: text that barely compresses (about 6.5 bits a byte).
+pub fn noise(len: usize, seed: u64) -> String {
+    let alphabet: Vec<char> = (b' '..=b'~')
+        .filter(|b| !matches!(b, b'"' | b'\\'))
+        .map(char::from)
+        .collect();
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            alphabet[(state % alphabet.len() as u64) as usize]
+        })
+        .collect()
+}
+
+/// Text like a config file: compresses well.
+pub fn prose(len: usize, seed: usize) -> String {
+    let mut text = String::with_capacity(len + 64);
+    let mut line = 0;
+    while text.len() < len {
+        text.push_str(&format!("option_{seed}_{line} = enabled; timeout = {} ms; ", line * 7));
+        line += 1;
+    }
+    text.truncate(len);
+    text
+}
+
+/// A valid pod exposing TCP 80 whose two containers share one env list through a YAML alias:
+/// [`ENV_ENTRIES`] variables with the values `value(i)`.
+pub fn alias_env_pod(value: impl Fn(usize) -> String) -> String {
+    let mut yaml = String::from(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: big\nspec:\n  containers:\n    - name: app\n      \
+         image: nginx:1.27\n      ports:\n        - containerPort: 80\n      resources:\n        limits: \
+         {cpu: 100m, memory: 64Mi}\n      env: &env\n",
+    );
+    for i in 0..ENV_ENTRIES {
+        yaml.push_str(&format!("        - name: V{i:02}\n          value: \"{}\"\n", value(i)));
+    }
+    yaml.push_str(
+        "    - name: sidecar\n      image: nginx:1.27\n      resources:\n        limits: {cpu: 100m, memory: \
+         64Mi}\n      env: *env\n",
+    );
+    yaml
+}
+
+/// Overwrites the manifest of `id` as items were written before compression (a plain string).
+pub async fn put_plain_manifest(store: &Store, id: &StackId, text: &str) -> Result<(), String> {
+    // Key layout of the stack table (see stack_core::store): pk=`MANIFEST`, sk=stack id.
+    let item = HashMap::from([
+        ("pk".to_owned(), AttributeValue::S("MANIFEST".to_owned())),
+        ("sk".to_owned(), AttributeValue::S(id.to_string())),
+        ("pod_spec".to_owned(), AttributeValue::S(text.to_owned())),
+    ]);
+    store
+        .client()
+        .put_item()
+        .table_name(store.table())
+        .set_item(Some(item))
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("{}", aws_smithy_types::error::display::DisplayErrorContext(&e)))
+}
