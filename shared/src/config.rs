@@ -9,6 +9,9 @@ use std::time::Duration;
 /// for the calls around the wait.
 const MAX_CREATE_WAIT: Duration = crate::stacks::CREATE_WORK_BUDGET.saturating_sub(Duration::from_millis(500));
 
+/// Default of `STACK_CHALLENGE_LABEL`.
+pub const DEFAULT_CHALLENGE_LABEL: &str = "challenge";
+
 /// Everything both functions read from the environment.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -41,6 +44,8 @@ pub struct Config {
     pub orphan_grace: Duration,
     pub reap_terminated: bool,
     pub reconcile_concurrency: usize,
+    /// Label of the platform's manifests the dashboard groups stacks by (one per challenge).
+    pub challenge_label: String,
 }
 
 /// Start-up failure naming every bad variable.
@@ -108,6 +113,9 @@ impl Config {
                     }
                 })
             }),
+            challenge_label: env
+                .string("STACK_CHALLENGE_LABEL")
+                .unwrap_or_else(|| DEFAULT_CHALLENGE_LABEL.into()),
         };
         let mut problems = env.problems;
         problems.extend(config.cross_checks());

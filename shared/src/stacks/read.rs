@@ -8,6 +8,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde::Serialize;
 
+use super::capacity::Capacity;
 use super::{Assessment, StackError, StackObjects, Stacks, assess};
 use crate::model::{STACK_ID_LABEL, StackId, StackRecord};
 use crate::store::{Manifest, ObservedState, StoreError};
@@ -15,7 +16,7 @@ use crate::store::{Manifest, ObservedState, StoreError};
 /// How many gone stacks a list removes at once.
 const REMOVAL_CONCURRENCY: usize = 8;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Stats {
     pub total_stacks: usize,
     pub active_stacks: usize,
@@ -23,10 +24,12 @@ pub struct Stats {
     pub used_node_ports: usize,
     pub reserved_cpu_milli: i64,
     pub reserved_memory_bytes: i64,
+    /// Headroom: node ports and, per stack node, allocatable against reserved.
+    pub capacity: Capacity,
 }
 
 impl Stats {
-    pub fn of(records: &[StackRecord]) -> Self {
+    pub fn of(records: &[StackRecord], capacity: Capacity) -> Self {
         let active: Vec<&StackRecord> = records.iter().filter(|r| r.status.is_active()).collect();
         let mut node_distribution = BTreeMap::new();
         for record in records.iter().filter(|r| !r.node_id.is_empty()) {
@@ -39,6 +42,7 @@ impl Stats {
             used_node_ports: records.iter().map(|r| r.ports.len()).sum(),
             reserved_cpu_milli: active.iter().map(|r| r.requested_cpu_milli).sum(),
             reserved_memory_bytes: active.iter().map(|r| r.requested_memory_bytes).sum(),
+            capacity,
         }
     }
 }
@@ -80,10 +84,11 @@ impl Stacks {
     /// Every stack with its manifest, oldest first, refreshed with a constant number of
     /// cluster calls.
     pub async fn list(&self) -> Result<Vec<StackRecord>, StackError> {
-        self.list_refreshed(Manifest::Include).await
+        Ok(self.list_refreshed(Manifest::Include).await?.0)
     }
 
-    async fn list_refreshed(&self, manifest: Manifest) -> Result<Vec<StackRecord>, StackError> {
+    /// The refreshed records, and the node list read on the way.
+    async fn list_refreshed(&self, manifest: Manifest) -> Result<(Vec<StackRecord>, Vec<Node>), StackError> {
         let (records, pods, services, nodes) = tokio::try_join!(
             async { self.store.list_stacks(manifest).await.map_err(StackError::from) },
             async { self.cluster.list_stack_pods().await.map_err(StackError::from) },
@@ -95,7 +100,7 @@ impl Stacks {
             .filter_map(|p| Some((stack_label(&p.metadata)?, p)))
             .collect();
         let services: HashSet<&str> = services.iter().filter_map(|s| stack_label(&s.metadata)).collect();
-        let nodes: HashMap<&str, &Node> = nodes
+        let by_name: HashMap<&str, &Node> = nodes
             .iter()
             .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
             .collect();
@@ -105,7 +110,7 @@ impl Stacks {
                 let pod = pods.get(record.stack_id.as_str()).copied();
                 let node = pod
                     .and_then(|p| p.spec.as_ref()?.node_name.as_deref())
-                    .and_then(|n| nodes.get(n).copied());
+                    .and_then(|n| by_name.get(n).copied());
                 let objects = StackObjects {
                     pod,
                     service_exists: services.contains(record.stack_id.as_str()),
@@ -116,11 +121,17 @@ impl Stacks {
             .buffered(REMOVAL_CONCURRENCY)
             .collect()
             .await;
-        settled.into_iter().filter_map(Result::transpose).collect()
+        let records = settled.into_iter().filter_map(Result::transpose).collect::<Result<_, _>>()?;
+        drop(by_name);
+        Ok((records, nodes))
     }
 
+    /// Counts and headroom, for the same cluster calls as a list.
     pub async fn stats(&self) -> Result<Stats, StackError> {
-        Ok(Stats::of(&self.list_refreshed(Manifest::Omit).await?))
+        let (records, nodes) = self.list_refreshed(Manifest::Omit).await?;
+        let config = &self.config;
+        let capacity = Capacity::of(&records, &nodes, &config.node_role, (config.nodeport_min, config.nodeport_max));
+        Ok(Stats::of(&records, capacity))
     }
 
     /// Brings the record in line with what the cluster shows: `None` if the stack is gone
