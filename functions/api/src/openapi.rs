@@ -4,6 +4,7 @@
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
+use serde_json::json;
 use stack_core::model::{PortMapping, Protocol};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
@@ -41,6 +42,7 @@ pub struct JobAccepted {
 #[derive(Serialize, ToSchema)]
 pub struct BatchDeleteRequest {
     /// Trimmed; duplicates dropped; a blank one is refused.
+    #[schema(min_items = 1)]
     pub stack_ids: Vec<String>,
 }
 
@@ -66,8 +68,12 @@ pub enum TargetPorts {
     V0(u16),
 }
 
+/// A manifest that passes the validator: the example lets a contract fuzzer create real stacks.
+const EXAMPLE_POD: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  labels:\n    challenge: web\nspec:\n  containers:\n    - name: web\n      image: nginx:1.27\n      ports:\n        - containerPort: 80\n      resources:\n        limits:\n          cpu: 100m\n          memory: 64Mi\n";
+
 /// `POST /stacks`; unknown fields are ignored.
 #[derive(Serialize, ToSchema)]
+#[schema(example = json!({"pod_spec": EXAMPLE_POD, "target_port": [{"container_port": 80, "protocol": "TCP"}]}))]
 pub struct CreateStackRequest {
     /// One `v1` Pod manifest as YAML.
     pub pod_spec: String,
@@ -124,6 +130,7 @@ pub fn document() -> &'static str {
 #[utoipa::path(
     get,
     path = "/openapi.json",
+    operation_id = "openapi",
     security(()),
     responses((status = 200, description = "OpenAPI 3.1 document", content_type = "application/json", body = Object)),
 )]

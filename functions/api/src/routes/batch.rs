@@ -19,9 +19,10 @@ const JOB_BUDGET: Duration = Duration::from_secs(60);
 #[utoipa::path(
     post,
     path = "/stacks/batch-delete",
+    operation_id = "startBatchDelete",
     request_body = crate::openapi::BatchDeleteRequest,
     responses(
-        (status = 202, body = crate::openapi::JobAccepted),
+        (status = 202, description = "Success", body = crate::openapi::JobAccepted),
         (status = 400, description = "No ids, a blank id or a bad body", body = crate::openapi::ErrorBody),
         (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
         (status = 413, description = "Body over 1 MiB", body = crate::openapi::ErrorBody),
@@ -56,9 +57,10 @@ pub async fn start(State(state): State<AppState>, body: Bytes) -> Result<Respons
 #[utoipa::path(
     get,
     path = "/stacks/batch-delete/{job_id}",
+    operation_id = "getBatchDeleteJob",
     params(("job_id" = String, Path)),
     responses(
-        (status = 200, body = JobView),
+        (status = 200, description = "Success", body = JobView),
         (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
         (status = 404, description = "Unknown job", body = crate::openapi::ErrorBody),
         (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),

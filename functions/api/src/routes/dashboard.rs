@@ -20,6 +20,7 @@ const STYLE: &str = include_str!("../../dashboard/app.css");
 #[utoipa::path(
     get,
     path = "/dashboard",
+    operation_id = "dashboard",
     security(()),
     responses((status = 200, description = "The dashboard page", content_type = "text/html", body = String)),
 )]

@@ -10,8 +10,9 @@ use crate::state::AppState;
 #[utoipa::path(
     get,
     path = "/healthz",
+    operation_id = "healthz",
     responses(
-        (status = 200, body = crate::openapi::Health),
+        (status = 200, description = "Success", body = crate::openapi::Health),
         (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
         (status = 503, description = "DynamoDB or the apiserver does not answer", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
     ),

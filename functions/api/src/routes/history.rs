@@ -27,8 +27,9 @@ pub struct History {
 #[utoipa::path(
     get,
     path = "/history",
+    operation_id = "getHistory",
     responses(
-        (status = 200, body = History),
+        (status = 200, description = "Success", body = History),
         (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
         (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
     ),

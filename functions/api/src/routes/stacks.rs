@@ -20,10 +20,11 @@ const MAX_IDEMPOTENCY_KEY_LEN: usize = 256;
 #[utoipa::path(
     post,
     path = "/stacks",
+    operation_id = "createStack",
     request_body = crate::openapi::CreateStackRequest,
     params(("Idempotency-Key" = Option<String>, Header, description = "Same key and body: same stack")),
     responses(
-        (status = 201, body = StackView),
+        (status = 201, description = "Success", body = StackView),
         (status = 400, description = "Invalid spec or body", body = crate::openapi::ErrorBody),
         (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
         (status = 409, description = "Idempotency key reused with another body", body = crate::openapi::ErrorBody),
@@ -69,8 +70,9 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 #[utoipa::path(
     get,
     path = "/stacks",
+    operation_id = "listStacks",
     responses(
-        (status = 200, body = crate::openapi::StackList),
+        (status = 200, description = "Success", body = crate::openapi::StackList),
         (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
         (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
     ),
@@ -84,9 +86,10 @@ pub async fn list(State(state): State<AppState>) -> Result<Response, ApiError> {
 #[utoipa::path(
     get,
     path = "/stacks/{stack_id}",
+    operation_id = "getStack",
     params(("stack_id" = String, Path, description = "stack- and 16 lowercase hex digits")),
     responses(
-        (status = 200, body = StackView),
+        (status = 200, description = "Success", body = StackView),
         (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
         (status = 404, description = "Stack gone", body = crate::openapi::ErrorBody),
         (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
@@ -100,9 +103,10 @@ pub async fn get(State(state): State<AppState>, Path(stack_id): Path<String>) ->
 #[utoipa::path(
     get,
     path = "/stacks/{stack_id}/status",
+    operation_id = "getStackStatus",
     params(("stack_id" = String, Path, description = "stack- and 16 lowercase hex digits")),
     responses(
-        (status = 200, body = StatusView),
+        (status = 200, description = "Success", body = StatusView),
         (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
         (status = 404, description = "Stack gone", body = crate::openapi::ErrorBody),
         (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
@@ -116,9 +120,10 @@ pub async fn status(State(state): State<AppState>, Path(stack_id): Path<String>)
 #[utoipa::path(
     delete,
     path = "/stacks/{stack_id}",
+    operation_id = "deleteStack",
     params(("stack_id" = String, Path, description = "stack- and 16 lowercase hex digits")),
     responses(
-        (status = 200, body = crate::openapi::Deleted),
+        (status = 200, description = "Success", body = crate::openapi::Deleted),
         (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
         (status = 404, description = "Stack gone", body = crate::openapi::ErrorBody),
         (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
@@ -133,9 +138,10 @@ pub async fn delete(State(state): State<AppState>, Path(stack_id): Path<String>)
 #[utoipa::path(
     post,
     path = "/stacks/{stack_id}/renew",
+    operation_id = "renewStack",
     params(("stack_id" = String, Path, description = "stack- and 16 lowercase hex digits")),
     responses(
-        (status = 200, body = StackView),
+        (status = 200, description = "Success", body = StackView),
         (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
         (status = 404, description = "Stack gone", body = crate::openapi::ErrorBody),
         (status = 409, description = "Maximum lifetime reached", body = crate::openapi::ErrorBody),
@@ -151,8 +157,9 @@ pub async fn renew(State(state): State<AppState>, Path(stack_id): Path<String>) 
 #[utoipa::path(
     get,
     path = "/stats",
+    operation_id = "getStats",
     responses(
-        (status = 200, body = stack_core::stacks::Stats),
+        (status = 200, description = "Success", body = stack_core::stacks::Stats),
         (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
         (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
     ),
