@@ -4,7 +4,6 @@
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use serde_json::json;
 use stack_core::model::{PortMapping, Protocol};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
