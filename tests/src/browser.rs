@@ -28,9 +28,11 @@ fn chromedriver_path() -> String {
 
 /// `CHROMIUM`, else Debian's `/usr/bin/chromium` when present (chromedriver finds others).
 fn chromium_path() -> Option<String> {
-    std::env::var("CHROMIUM")
-        .ok()
-        .or_else(|| std::path::Path::new("/usr/bin/chromium").exists().then(|| "/usr/bin/chromium".into()))
+    std::env::var("CHROMIUM").ok().or_else(|| {
+        std::path::Path::new("/usr/bin/chromium")
+            .exists()
+            .then(|| "/usr/bin/chromium".into())
+    })
 }
 
 /// Serves `router` on a free loopback port until the process ends; returns its base URL.
@@ -64,7 +66,11 @@ impl Browser {
             .stderr(Stdio::null())
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| BrowserError::Setup(format!("cannot start chromedriver (run tests/env/test to install it): {e}")))?;
+            .map_err(|e| {
+                BrowserError::Setup(format!(
+                    "cannot start chromedriver (run tests/env/test to install it): {e}"
+                ))
+            })?;
         let url = format!("http://127.0.0.1:{port}");
         let mut options = json!({
             "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",

@@ -72,7 +72,11 @@ async fn dashboard_shows_what_the_api_shows_and_deletes_a_stack() {
     let base = serve(api.router.clone()).await.expect("serve the API");
     let browser = Browser::start(1366, 1000).await.expect("browser");
 
-    browser.client.goto(&format!("{base}/dashboard")).await.expect("open dashboard");
+    browser
+        .client
+        .goto(&format!("{base}/dashboard"))
+        .await
+        .expect("open dashboard");
     browser
         .client
         .wait()
@@ -110,10 +114,7 @@ async fn dashboard_shows_what_the_api_shows_and_deletes_a_stack() {
     }
     assert_eq!(shown, listed, "the table shows the API's stacks");
     // Grouped by the challenge label of the manifest.
-    assert!(
-        text(&browser, "#groups").await.contains("web"),
-        "challenge group shown"
-    );
+    assert!(text(&browser, "#groups").await.contains("web"), "challenge group shown");
 
     // Delete one through the page, with its confirmation.
     let victim = created.iter().next().expect("a stack").clone();
@@ -165,7 +166,12 @@ async fn dashboard_shows_what_the_api_shows_and_deletes_a_stack() {
     wait_loaded_after(&browser, t1).await;
     assert_eq!(text(&browser, "#stat-total").await, "2");
     assert_eq!(
-        browser.client.find_all(Locator::Css("#rows .row")).await.expect("rows").len(),
+        browser
+            .client
+            .find_all(Locator::Css("#rows .row"))
+            .await
+            .expect("rows")
+            .len(),
         2
     );
 
@@ -184,7 +190,11 @@ async fn a_wrong_key_is_refused_with_a_clear_message() {
     let api = ApiHarness::start().await;
     let base = serve(api.router.clone()).await.expect("serve the API");
     let browser = Browser::start(1366, 800).await.expect("browser");
-    browser.client.goto(&format!("{base}/dashboard")).await.expect("open dashboard");
+    browser
+        .client
+        .goto(&format!("{base}/dashboard"))
+        .await
+        .expect("open dashboard");
     browser
         .client
         .wait()

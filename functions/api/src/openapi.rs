@@ -160,6 +160,9 @@ mod tests {
         ] {
             assert!(doc["paths"][path].is_object(), "{path} missing");
         }
-        assert_eq!(doc["paths"]["/openapi.json"]["get"]["security"], serde_json::json!([{}]));
+        assert_eq!(
+            doc["paths"]["/openapi.json"]["get"]["security"],
+            serde_json::json!([{}])
+        );
     }
 }

@@ -15,7 +15,10 @@ use crate::{auth, deadline, request_log};
 /// Served without the key (the page asks for it; the document describes it). Every data
 /// route needs it. Also exempted from API Gateway's key in template.yaml.
 pub fn is_public(path: &str) -> bool {
-    path == "/openapi.json" || path == "/dashboard" || path.starts_with("/dashboard/")
+    matches!(
+        path,
+        "/openapi.json" | "/dashboard" | "/dashboard/app.js" | "/dashboard/app.css"
+    )
 }
 
 /// Largest request body accepted.

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use stack_core::model::{MANAGED_BY_LABEL, OWN_LABEL_PREFIX, PortMapping, Protocol, StackRecord, StackStatus, TargetPort};
+use stack_core::model::{
+    MANAGED_BY_LABEL, OWN_LABEL_PREFIX, PortMapping, Protocol, StackRecord, StackStatus, TargetPort,
+};
 
 use crate::error::ApiError;
 

@@ -188,7 +188,10 @@ mod tests {
         );
         assert_eq!(c.nodes.keys().collect::<Vec<_>>(), ["a", "b"]);
         let a = &c.nodes["a"];
-        assert_eq!((a.stacks, a.reserved_cpu_milli, a.reserved_memory_bytes), (3, 500, 2 << 20));
+        assert_eq!(
+            (a.stacks, a.reserved_cpu_milli, a.reserved_memory_bytes),
+            (3, 500, 2 << 20)
+        );
         assert_eq!((a.allocatable_cpu_milli, a.allocatable_memory_bytes), (2000, 4 << 30));
         assert!(a.ready);
         assert_eq!(c.nodes["b"].stacks, 0);

@@ -121,7 +121,10 @@ impl Stacks {
             .buffered(REMOVAL_CONCURRENCY)
             .collect()
             .await;
-        let records = settled.into_iter().filter_map(Result::transpose).collect::<Result<_, _>>()?;
+        let records = settled
+            .into_iter()
+            .filter_map(Result::transpose)
+            .collect::<Result<_, _>>()?;
         drop(by_name);
         Ok((records, nodes))
     }
@@ -130,7 +133,12 @@ impl Stacks {
     pub async fn stats(&self) -> Result<Stats, StackError> {
         let (records, nodes) = self.list_refreshed(Manifest::Omit).await?;
         let config = &self.config;
-        let capacity = Capacity::of(&records, &nodes, &config.node_role, (config.nodeport_min, config.nodeport_max));
+        let capacity = Capacity::of(
+            &records,
+            &nodes,
+            &config.node_role,
+            (config.nodeport_min, config.nodeport_max),
+        );
         Ok(Stats::of(&records, capacity))
     }
 

@@ -186,7 +186,11 @@ async fn run(env: &TestEnv, stacks: usize, fixture: &mut Fixture) -> Result<(), 
     let client = &browser.client;
     let opened = Instant::now();
     client.goto(&format!("{base}/dashboard")).await?;
-    client.wait().at_most(PAGE_TIMEOUT).for_element(Locator::Id("key-form")).await?;
+    client
+        .wait()
+        .at_most(PAGE_TIMEOUT)
+        .for_element(Locator::Id("key-form"))
+        .await?;
     println!("page shown (no key yet): {} ms", opened.elapsed().as_millis());
     client.find(Locator::Id("key")).await?.send_keys(API_KEY).await?;
     let submitted = Instant::now();
@@ -218,7 +222,10 @@ async fn run(env: &TestEnv, stacks: usize, fixture: &mut Fixture) -> Result<(), 
         .for_element(Locator::XPath(&format!("//body[@data-loaded != '{loaded}']")))
         .await?;
     let again = client.execute("return document.body.dataset.loadMs", vec![]).await?;
-    println!("a later refresh: {} ms measured by the page", again.as_str().unwrap_or("?"));
+    println!(
+        "a later refresh: {} ms measured by the page",
+        again.as_str().unwrap_or("?")
+    );
     let scroll = client
         .execute(
             "const v = document.getElementById('viewport'); const t = performance.now(); \
@@ -228,7 +235,10 @@ async fn run(env: &TestEnv, stacks: usize, fixture: &mut Fixture) -> Result<(), 
             vec![],
         )
         .await?;
-    println!("scroll to the last row rendered in {:.1} ms", scroll[0].as_f64().unwrap_or(f64::NAN));
+    println!(
+        "scroll to the last row rendered in {:.1} ms",
+        scroll[0].as_f64().unwrap_or(f64::NAN)
+    );
     let shot = browser.screenshot(&format!("bench-{stacks}")).await?;
     println!("screenshot: {}", shot.display());
     browser.close().await;
@@ -254,9 +264,7 @@ impl Seeder {
             spec.node_name = Some(node.clone());
         }
         let owner = self.pods.create(&create, &hardened.pod).await?;
-        self.services
-            .create(&create, &stack_service(&id, Some(&owner)))
-            .await?;
+        self.services.create(&create, &stack_service(&id, Some(&owner))).await?;
         let ttl = Timestamp::now() + SignedDuration::from_hours(2);
         let mut record = running_record(&id, &self.namespace, node, Some(ip), ttl);
         record.pod_spec = hardened.yaml;
