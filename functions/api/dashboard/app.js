@@ -46,7 +46,8 @@ async function api(method, path, body) {
   return data;
 }
 
-async function listStacks() {
+// Every page of GET /stacks; `onPage` sees the stacks so far after each page.
+async function listStacks(onPage) {
   const all = [];
   let cursor = null;
   for (let page = 0; page < 10000; page++) {
@@ -55,6 +56,7 @@ async function listStacks() {
     const data = await api("GET", "stacks?" + query.toString());
     for (const s of data.stacks || []) all.push(s);
     cursor = data.next_cursor;
+    if (cursor && onPage) onPage(all);
     if (!cursor) break;
   }
   return all;
@@ -76,7 +78,12 @@ async function refresh() {
   state.loading = true;
   const started = performance.now();
   try {
-    const [stats, stacks, history] = await Promise.all([api("GET", "stats"), listStacks(), api("GET", "history")]);
+    // On the first load the table shows each page as it comes; later refreshes swap it whole.
+    const firstLoad = !state.loadedAt;
+    const statsAndHistory = Promise.all([api("GET", "stats"), api("GET", "history")]);
+    statsAndHistory.catch(() => {}); // awaited below; not "unhandled" if the list fails first
+    const stacks = await listStacks(firstLoad ? (partial) => { state.stacks = partial; applyFilter(); $("main").hidden = false; } : null);
+    const [stats, history] = await statsAndHistory;
     state.stats = stats;
     state.stacks = stacks;
     state.history = history;

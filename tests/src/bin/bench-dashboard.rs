@@ -209,6 +209,25 @@ async fn run(env: &TestEnv, stacks: usize, fixture: &mut Fixture) -> Result<(), 
         first.as_millis(),
         page_ms.as_str().unwrap_or("?")
     );
+    // Where the time goes: each data call as the browser saw it (Resource Timing).
+    let calls = client
+        .execute(
+            "return performance.getEntriesByType('resource')\
+               .filter(e => e.initiatorType === 'fetch')\
+               .map(e => [new URL(e.name).pathname, Math.round(e.responseStart - e.requestStart), \
+                          Math.round(e.responseEnd - e.responseStart), e.encodedBodySize]);",
+            vec![],
+        )
+        .await?;
+    for call in calls.as_array().into_iter().flatten().take(6) {
+        println!(
+            "  {}: server {} ms, transfer {} ms, {} bytes",
+            call[0].as_str().unwrap_or("?"),
+            call[1],
+            call[2],
+            call[3]
+        );
+    }
     // The next refresh (every 4 s): what an open page pays to stay current.
     let loaded: String = client
         .execute("return document.body.dataset.loaded", vec![])
