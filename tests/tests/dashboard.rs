@@ -175,7 +175,43 @@ async fn dashboard_shows_what_the_api_shows_and_deletes_a_stack() {
         2
     );
 
-    // A phone-sized window still shows the table.
+    // Batch-delete the whole challenge group: confirmation, then the job's progress to the end.
+    browser
+        .client
+        .find(Locator::Css("#groups button.group-delete"))
+        .await
+        .expect("group delete button")
+        .click()
+        .await
+        .expect("click group delete");
+    browser
+        .client
+        .wait()
+        .at_most(PAGE_WAIT)
+        .for_element(Locator::Css("#confirm[open]"))
+        .await
+        .expect("confirmation asked");
+    browser
+        .client
+        .find(Locator::Id("confirm-ok"))
+        .await
+        .expect("confirm button")
+        .click()
+        .await
+        .expect("confirm");
+    browser
+        .client
+        .wait()
+        .at_most(PAGE_WAIT)
+        .for_element(Locator::XPath(
+            "//span[@id='job-text' and contains(., 'completed: 2/2')]",
+        ))
+        .await
+        .expect("the batch job completes");
+    assert!(api.managed_services().await.is_empty(), "services left after the batch");
+    assert!(api.records().await.is_empty(), "records left after the batch");
+
+    // A phone-sized window still shows the page.
     browser.client.set_window_size(390, 844).await.expect("resize");
     browser.screenshot("dashboard-phone").await.expect("screenshot");
 
