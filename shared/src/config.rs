@@ -12,6 +12,9 @@ const MAX_CREATE_WAIT: Duration = crate::stacks::CREATE_WORK_BUDGET.saturating_s
 /// for the create itself.
 const MAX_CREATE_QUEUE_WAIT: Duration = crate::stacks::CREATE_WORK_BUDGET.saturating_sub(Duration::from_secs(1));
 
+/// Default of `STACK_CHALLENGE_LABEL`.
+pub const DEFAULT_CHALLENGE_LABEL: &str = "challenge";
+
 /// Everything both functions read from the environment.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -60,6 +63,8 @@ pub struct Config {
     pub orphan_grace: Duration,
     pub reap_terminated: bool,
     pub reconcile_concurrency: usize,
+    /// Label of the platform's manifests the dashboard groups stacks by (one per challenge).
+    pub challenge_label: String,
 }
 
 /// Label keys accepted by default: any (reserved domains stay refused by the validator). Labels
@@ -206,6 +211,9 @@ impl Config {
             orphan_grace: env.parse("STACK_ORPHAN_GRACE", Duration::from_secs(120), parse_duration),
             reap_terminated: env.parse("STACK_REAP_TERMINATED", false, parse_bool),
             reconcile_concurrency: env.parse("RECONCILE_CONCURRENCY", 16, parse_at_least_one),
+            challenge_label: env
+                .string("STACK_CHALLENGE_LABEL")
+                .unwrap_or_else(|| DEFAULT_CHALLENGE_LABEL.into()),
         };
         let mut problems = env.problems;
         problems.extend(config.cross_checks());

@@ -4,6 +4,7 @@ pub mod aws;
 pub mod cluster;
 pub mod config;
 pub mod eks;
+pub mod history;
 pub mod model;
 pub mod reconcile;
 pub mod stacks;

@@ -2,6 +2,7 @@
 
 pub mod api;
 pub mod black_hole;
+pub mod browser;
 pub mod counting;
 pub mod env;
 pub mod manifests;

@@ -14,6 +14,9 @@ pub async fn require_api_key(State(state): State<AppState>, request: Request, ne
     let Some(expected) = state.api_key.as_deref() else {
         return next.run(request).await;
     };
+    if request.method() == axum::http::Method::GET && crate::router::is_public(request.uri().path()) {
+        return next.run(request).await;
+    }
     let from_header = request
         .headers()
         .get("x-api-key")

@@ -4,6 +4,8 @@ pub mod auth;
 pub mod deadline;
 pub mod error;
 pub mod lambda;
+pub mod openapi;
+pub mod refusals;
 pub mod request_log;
 pub mod router;
 pub mod routes;

@@ -8,9 +8,18 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use crate::error::ApiError;
-use crate::routes::{batch, health, stacks};
+use crate::routes::{batch, dashboard, health, history, stacks};
 use crate::state::AppState;
 use crate::{auth, deadline, request_log};
+
+/// Served without the key (the page asks for it; the document describes it). Every data
+/// route needs it. Also exempted from API Gateway's key in template.yaml.
+pub fn is_public(path: &str) -> bool {
+    matches!(
+        path,
+        "/openapi.json" | "/dashboard" | "/dashboard/app.js" | "/dashboard/app.css"
+    )
+}
 
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -25,6 +34,10 @@ pub fn router(state: AppState) -> Router {
         .route("/stacks/{stack_id}/status", get(stacks::status))
         .route("/stacks/{stack_id}/renew", post(stacks::renew))
         .route("/stats", get(stacks::stats))
+        .route("/history", get(history::history))
+        .route("/openapi.json", get(crate::openapi::openapi_json))
+        .route("/dashboard", get(dashboard::page))
+        .route("/dashboard/{file}", get(dashboard::file))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "route not found") })
         .method_not_allowed_fallback(|| async { ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed") })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

@@ -3,10 +3,14 @@
 
 use std::io;
 
+use std::collections::BTreeMap;
+
 use jiff::Timestamp;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use stack_core::model::{PortMapping, Protocol, StackRecord, StackStatus, TargetPort};
+use stack_core::model::{
+    MANAGED_BY_LABEL, OWN_LABEL_PREFIX, PortMapping, Protocol, StackRecord, StackStatus, TargetPort,
+};
 use stack_core::store::ListCursor;
 
 use crate::error::ApiError;
@@ -19,8 +23,11 @@ pub const MAX_PAGE_LIMIT: usize = 1000;
 /// far below Lambda's 6 MB response limit, whatever the manifests are.
 pub const MAX_PAGE_PAYLOAD_BYTES: usize = 4 * 1024 * 1024;
 
-#[derive(Debug, Serialize)]
+/// The contract's Stack object.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = Stack)]
 pub struct StackView<'a> {
+    #[schema(pattern = "^stack-[0-9a-f]{16}$")]
     pub stack_id: &'a str,
     pub pod_id: &'a str,
     pub namespace: &'a str,
@@ -38,6 +45,10 @@ pub struct StackView<'a> {
     /// v0 readers: the first port.
     pub target_port: Option<u16>,
     pub node_port: Option<u16>,
+    /// The manifest's own labels (ours left out), e.g. the challenge label the dashboard
+    /// groups by; omitted when there are none or the manifest was not read.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 impl<'a> From<&'a StackRecord> for StackView<'a> {
@@ -59,11 +70,37 @@ impl<'a> From<&'a StackRecord> for StackView<'a> {
             requested_memory_bytes: r.requested_memory_bytes,
             target_port: r.ports.first().map(|p| p.container_port),
             node_port: r.ports.first().map(|p| p.node_port),
+            labels: manifest_labels(&r.pod_spec),
         }
     }
 }
 
-#[derive(Debug, Serialize)]
+/// `metadata.labels` of a stored (hardened) manifest, without ours. Only that part is
+/// deserialized; a manifest that cannot be read has none.
+pub fn manifest_labels(pod_spec: &str) -> BTreeMap<String, String> {
+    #[derive(Deserialize)]
+    struct Pod {
+        #[serde(default)]
+        metadata: Meta,
+    }
+    #[derive(Deserialize, Default)]
+    struct Meta {
+        #[serde(default)]
+        labels: BTreeMap<String, String>,
+    }
+    if pod_spec.is_empty() {
+        return BTreeMap::new();
+    }
+    let mut labels = serde_yaml::from_str::<Pod>(pod_spec)
+        .map(|p| p.metadata.labels)
+        .unwrap_or_default();
+    labels.retain(|k, _| k != MANAGED_BY_LABEL && !k.starts_with(OWN_LABEL_PREFIX));
+    labels
+}
+
+/// The contract's StatusSummary object.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = StatusSummary)]
 pub struct StatusView<'a> {
     pub stack_id: &'a str,
     pub status: StackStatus,
@@ -89,9 +126,11 @@ impl<'a> From<&'a StackRecord> for StatusView<'a> {
 }
 
 /// `{"stacks": [...], "next_cursor": "..."}`; `next_cursor` only when another page follows.
-#[derive(Debug, Serialize)]
+/// One page of `GET /stacks`: oldest first; `next_cursor` only when more stacks follow.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct StackPage<'a> {
     pub stacks: Vec<StackView<'a>>,
+    /// Opaque; pass it as `cursor` for the next page.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
 }
@@ -232,6 +271,17 @@ mod tests {
 
     fn parse(body: &str) -> Result<CreateBody, String> {
         parse_create_body(body.as_bytes()).map_err(|e| format!("{} {}", e.status.as_u16(), e.message))
+    }
+
+    #[test]
+    fn manifest_labels_keep_the_platforms_and_drop_ours() {
+        let yaml = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: stack-0\n  labels:\n    challenge: web-1\n    app.kubernetes.io/managed-by: stack-provisioner\n    stack-provisioner/stack-id: stack-0\nspec:\n  containers: []\n";
+        assert_eq!(
+            manifest_labels(yaml),
+            BTreeMap::from([("challenge".to_owned(), "web-1".to_owned())])
+        );
+        assert!(manifest_labels("").is_empty());
+        assert!(manifest_labels(": not yaml [").is_empty());
     }
 
     #[test]

@@ -11,6 +11,7 @@ use super::observe::{ObserveError, observe};
 use super::plan::{PlanConfig, plan};
 use super::summary::Summary;
 use crate::config::Config;
+use crate::history::PassSnapshot;
 use crate::stacks::Stacks;
 use crate::store::StoreError;
 
@@ -85,19 +86,23 @@ pub async fn run_pass(reconciler: &Reconciler, deadline: Instant) -> Result<Summ
         // It expires on its own.
         Err(err) => tracing::warn!(error = %err, "releasing the reconciler lease failed"),
     }
-    let mut summary = outcome?;
+    let (mut summary, mut history) = outcome?;
     summary.duration_ms = millis_since(started);
+    history.add_summary(&summary);
+    record_history(reconciler.stacks.as_ref(), &history).await;
     Ok(summary)
 }
 
-async fn reconcile(reconciler: &Reconciler, stop_at: Instant) -> Result<Summary, PassError> {
+async fn reconcile(reconciler: &Reconciler, stop_at: Instant) -> Result<(Summary, PassSnapshot), PassError> {
     let stacks = reconciler.stacks.as_ref();
     // Taken before observing: every age then comes out a little young (never too old), and a
     // record counts as expired only if its TTL had passed before it was read, so a renewal
     // that raced the read cannot be undone by this pass.
     let now = Timestamp::now();
     let snapshot = observe(stacks.store(), stacks.cluster()).await?;
+    let mut history = PassSnapshot::observed(now, &snapshot.records);
     let plan = plan(snapshot, now, &reconciler.plan);
+    history.count_removals(&plan.actions);
     if plan.foreign > 0 {
         tracing::warn!(records = plan.foreign, "records of another namespace left alone");
     }
@@ -106,7 +111,7 @@ async fn reconcile(reconciler: &Reconciler, stop_at: Instant) -> Result<Summary,
         stop_at,
     };
     let tally = apply(&LiveEffects::new(stacks), plan.actions, limits, now).await;
-    Ok(Summary {
+    let summary = Summary {
         lease_held: true,
         scanned: plan.scanned,
         expired: tally.expired,
@@ -118,7 +123,15 @@ async fn reconcile(reconciler: &Reconciler, stop_at: Instant) -> Result<Summary,
         failures: tally.failures,
         remaining: tally.remaining,
         duration_ms: 0,
-    })
+    };
+    Ok((summary, history))
+}
+
+/// One small item for the dashboard's charts; a failure only costs a point on a chart.
+async fn record_history(stacks: &Stacks, snapshot: &PassSnapshot) {
+    if let Err(err) = stacks.store().put_pass_snapshot(snapshot).await {
+        tracing::warn!(error = %err, "recording the pass snapshot failed");
+    }
 }
 
 /// When to stop starting work: the reserve before the deadline, but never more than a

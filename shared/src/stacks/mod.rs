@@ -4,6 +4,7 @@
 mod admission;
 mod assess;
 mod batch;
+mod capacity;
 mod create;
 mod read;
 
@@ -13,6 +14,7 @@ use jiff::{SignedDuration, Timestamp};
 
 pub use assess::{Assessment, GoneReason, StackObjects, assess};
 pub use batch::JobProgress;
+pub use capacity::{Capacity, NodeCapacity, PortCapacity};
 pub use create::{CREATE_DEADLINE, CREATE_WORK_BUDGET, CreateOutcome, CreateRequest};
 pub use read::{ListPage, Stats};
 

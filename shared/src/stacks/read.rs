@@ -8,6 +8,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde::Serialize;
 
+use super::capacity::Capacity;
 use super::{Assessment, StackError, StackObjects, Stacks, assess};
 use crate::model::{STACK_ID_LABEL, StackId, StackRecord};
 use crate::store::{ListCursor, Manifest, ObservedState, StoreError};
@@ -26,7 +27,7 @@ pub struct ListPage {
     pub next: Option<ListCursor>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Stats {
     pub total_stacks: usize,
     pub active_stacks: usize,
@@ -34,10 +35,12 @@ pub struct Stats {
     pub used_node_ports: usize,
     pub reserved_cpu_milli: i64,
     pub reserved_memory_bytes: i64,
+    /// Headroom: node ports and, per stack node, allocatable against reserved.
+    pub capacity: Capacity,
 }
 
 impl Stats {
-    pub fn of(records: &[StackRecord]) -> Self {
+    pub fn of(records: &[StackRecord], capacity: Capacity) -> Self {
         let active: Vec<&StackRecord> = records.iter().filter(|r| r.status.is_active()).collect();
         let mut node_distribution = BTreeMap::new();
         for record in records.iter().filter(|r| !r.node_id.is_empty()) {
@@ -50,6 +53,7 @@ impl Stats {
             used_node_ports: records.iter().map(|r| r.ports.len()).sum(),
             reserved_cpu_milli: active.iter().map(|r| r.requested_cpu_milli).sum(),
             reserved_memory_bytes: active.iter().map(|r| r.requested_memory_bytes).sum(),
+            capacity,
         }
     }
 }
@@ -123,12 +127,13 @@ impl Stacks {
         }
         let next = if full || more { last.cloned() } else { None };
         Ok(ListPage {
-            stacks: self.refreshed(page).await?,
+            stacks: self.refreshed(page).await?.0,
             next,
         })
     }
 
-    async fn list_refreshed(&self, manifest: Manifest) -> Result<Vec<StackRecord>, StackError> {
+    /// Every stack, refreshed, and the node list read on the way.
+    async fn list_refreshed(&self, manifest: Manifest) -> Result<(Vec<StackRecord>, Vec<Node>), StackError> {
         let records = self.store.list_stacks(manifest).await?;
         self.refreshed(records).await
     }
@@ -136,10 +141,7 @@ impl Stacks {
     /// `records` brought in line with the cluster (gone ones removed). The cluster is read
     /// after the records: a record is written after its pod and service, so a stack whose
     /// record was read is never mistaken for gone because its pod was listed too early.
-    async fn refreshed(&self, records: Vec<StackRecord>) -> Result<Vec<StackRecord>, StackError> {
-        if records.is_empty() {
-            return Ok(records);
-        }
+    async fn refreshed(&self, records: Vec<StackRecord>) -> Result<(Vec<StackRecord>, Vec<Node>), StackError> {
         let (pods, services, nodes) = tokio::try_join!(
             async { self.cluster.list_stack_pods().await.map_err(StackError::from) },
             async { self.cluster.list_stack_services().await.map_err(StackError::from) },
@@ -150,7 +152,7 @@ impl Stacks {
             .filter_map(|p| Some((stack_label(&p.metadata)?, p)))
             .collect();
         let services: HashSet<&str> = services.iter().filter_map(|s| stack_label(&s.metadata)).collect();
-        let nodes: HashMap<&str, &Node> = nodes
+        let by_name: HashMap<&str, &Node> = nodes
             .iter()
             .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
             .collect();
@@ -160,7 +162,7 @@ impl Stacks {
                 let pod = pods.get(record.stack_id.as_str()).copied();
                 let node = pod
                     .and_then(|p| p.spec.as_ref()?.node_name.as_deref())
-                    .and_then(|n| nodes.get(n).copied());
+                    .and_then(|n| by_name.get(n).copied());
                 let objects = StackObjects {
                     pod,
                     service_exists: services.contains(record.stack_id.as_str()),
@@ -171,11 +173,25 @@ impl Stacks {
             .buffered(REMOVAL_CONCURRENCY)
             .collect()
             .await;
-        settled.into_iter().filter_map(Result::transpose).collect()
+        let records = settled
+            .into_iter()
+            .filter_map(Result::transpose)
+            .collect::<Result<_, _>>()?;
+        drop(by_name);
+        Ok((records, nodes))
     }
 
+    /// Counts and headroom, for the same cluster calls as a list.
     pub async fn stats(&self) -> Result<Stats, StackError> {
-        Ok(Stats::of(&self.list_refreshed(Manifest::Omit).await?))
+        let (records, nodes) = self.list_refreshed(Manifest::Omit).await?;
+        let config = &self.config;
+        let capacity = Capacity::of(
+            &records,
+            &nodes,
+            &config.node_role,
+            (config.nodeport_min, config.nodeport_max),
+        );
+        Ok(Stats::of(&records, capacity))
     }
 
     /// Brings the record in line with what the cluster shows: `None` if the stack is gone

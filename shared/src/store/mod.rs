@@ -7,12 +7,15 @@
 //! | `IDEM`  | key         | idempotency claim                      | stack lifetime     |
 //! | `JOB`   | job id      | [`BatchDeleteJob`](crate::model::BatchDeleteJob) | one day  |
 //! | `LEASE` | name        | reconciler lease                       | lease expiry       |
+//! | `HISTORY` | pass time | [`PassSnapshot`](crate::history::PassSnapshot) of one reconcile pass | 25 hours |
+//! | `REFUSALS` | minute   | create refusals of that minute, one count per reason | 25 hours |
 //!
 //! Stacks share one partition so that reading them all is a consistent, paginated query (never
 //! a scan); the `created_at` index (keys only) pages through them oldest first.
 
 mod cursor;
 mod error;
+mod history;
 mod idempotency;
 mod item;
 mod jobs;

@@ -16,6 +16,19 @@ use crate::state::AppState;
 const JOB_BUDGET: Duration = Duration::from_secs(60);
 
 /// Accepts `{"stack_ids": [...]}`, stores a durable job and starts it in the background.
+#[utoipa::path(
+    post,
+    path = "/stacks/batch-delete",
+    operation_id = "startBatchDelete",
+    request_body = crate::openapi::BatchDeleteRequest,
+    responses(
+        (status = 202, description = "Success", body = crate::openapi::JobAccepted),
+        (status = 400, description = "No ids, a blank id or a bad body", body = crate::openapi::ErrorBody),
+        (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
+        (status = 413, description = "Body over 1 MiB", body = crate::openapi::ErrorBody),
+        (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
+    ),
+)]
 pub async fn start(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
     let value: Value = serde_json::from_slice(&body).map_err(|_| ApiError::invalid_json())?;
     let ids = match value.get("stack_ids") {
@@ -41,13 +54,27 @@ pub async fn start(State(state): State<AppState>, body: Bytes) -> Result<Respons
     Ok((StatusCode::ACCEPTED, Json(json!({ "job_id": job_id }))).into_response())
 }
 
+#[utoipa::path(
+    get,
+    path = "/stacks/batch-delete/{job_id}",
+    operation_id = "getBatchDeleteJob",
+    params(("job_id" = String, Path)),
+    responses(
+        (status = 200, description = "Success", body = JobView),
+        (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
+        (status = 404, description = "Unknown job", body = crate::openapi::ErrorBody),
+        (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
+    ),
+)]
 pub async fn get(State(state): State<AppState>, Path(job_id): Path<String>) -> Result<Response, ApiError> {
     let job = state.stacks.get_job(&job_id).await?;
     Ok(Json(JobView::from(&job)).into_response())
 }
 
-#[derive(Serialize)]
-struct JobView<'a> {
+/// The contract's BatchDeleteJob object.
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = BatchDeleteJob)]
+pub struct JobView<'a> {
     job_id: &'a str,
     status: JobStatus,
     total: u32,

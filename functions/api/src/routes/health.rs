@@ -7,6 +7,16 @@ use crate::error::ApiError;
 use crate::state::AppState;
 
 /// `{"status":"ok"}` once DynamoDB and the apiserver both answer.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    operation_id = "healthz",
+    responses(
+        (status = 200, description = "Success", body = crate::openapi::Health),
+        (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
+        (status = 503, description = "DynamoDB or the apiserver does not answer", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
+    ),
+)]
 pub async fn healthz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     let store = state.stacks.store();
     let cluster = state.stacks.cluster();

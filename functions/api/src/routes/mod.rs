@@ -1,5 +1,7 @@
 //! Route handlers: thin mappings between HTTP and [`stack_core::stacks::Stacks`].
 
 pub mod batch;
+pub mod dashboard;
 pub mod health;
+pub mod history;
 pub mod stacks;

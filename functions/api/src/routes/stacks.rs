@@ -19,6 +19,23 @@ use crate::wire::{
 /// Longest `Idempotency-Key` accepted.
 const MAX_IDEMPOTENCY_KEY_LEN: usize = 256;
 
+/// Creates a stack from a Pod manifest.
+#[utoipa::path(
+    post,
+    path = "/stacks",
+    operation_id = "createStack",
+    request_body = crate::openapi::CreateStackRequest,
+    params(("Idempotency-Key" = Option<String>, Header, description = "Same key and body: same stack")),
+    responses(
+        (status = 201, description = "Success", body = StackView),
+        (status = 400, description = "Invalid spec or body", body = crate::openapi::ErrorBody),
+        (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
+        (status = 409, description = "Idempotency key reused with another body", body = crate::openapi::ErrorBody),
+        (status = 413, description = "Body over 1 MiB", body = crate::openapi::ErrorBody),
+        (status = 503, description = "No capacity, or a dependency is unavailable",
+            headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
+    ),
+)]
 pub async fn create(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
     let parsed = parse_create_body(&body)?;
     let idempotency_key = idempotency_key(&headers)?;
@@ -28,8 +45,12 @@ pub async fn create(State(state): State<AppState>, headers: HeaderMap, body: Byt
         idempotency_key,
         body_sha256: hex::encode(Sha256::digest(&body)),
     };
-    let record = match state.stacks.create(request).await? {
-        CreateOutcome::Created(record) | CreateOutcome::Replayed(record) => record,
+    let record = match state.stacks.create(request).await {
+        Ok(CreateOutcome::Created(record) | CreateOutcome::Replayed(record)) => record,
+        Err(err) => {
+            crate::refusals::count(&state, &err);
+            return Err(err.into());
+        }
     };
     Ok(stack_response(StatusCode::CREATED, &record))
 }
@@ -49,6 +70,21 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 }
 
 /// One page of stacks, oldest first, bounded by `limit` and by its size in the response.
+#[utoipa::path(
+    get,
+    path = "/stacks",
+    operation_id = "listStacks",
+    params(
+        ("limit" = Option<usize>, Query, description = "Stacks per page, 1 to 1000 (default 100); a page can be shorter to stay under 4 MiB"),
+        ("cursor" = Option<String>, Query, description = "The `next_cursor` of the previous page"),
+    ),
+    responses(
+        (status = 200, description = "Success", body = crate::wire::StackPage),
+        (status = 400, description = "Invalid limit or cursor", body = crate::openapi::ErrorBody),
+        (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
+        (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
+    ),
+)]
 pub async fn list(State(state): State<AppState>, RawQuery(query): RawQuery) -> Result<Response, ApiError> {
     let query = parse_list_query(query.as_deref())?;
     let page = state
@@ -64,27 +100,87 @@ pub async fn list(State(state): State<AppState>, RawQuery(query): RawQuery) -> R
     Ok(Json(body).into_response())
 }
 
+#[utoipa::path(
+    get,
+    path = "/stacks/{stack_id}",
+    operation_id = "getStack",
+    params(("stack_id" = String, Path, description = "stack- and 16 lowercase hex digits")),
+    responses(
+        (status = 200, description = "Success", body = StackView),
+        (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
+        (status = 404, description = "Stack gone", body = crate::openapi::ErrorBody),
+        (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
+    ),
+)]
 pub async fn get(State(state): State<AppState>, Path(stack_id): Path<String>) -> Result<Response, ApiError> {
     let record = state.stacks.get(&parse_id(&stack_id)?).await?;
     Ok(stack_response(StatusCode::OK, &record))
 }
 
+#[utoipa::path(
+    get,
+    path = "/stacks/{stack_id}/status",
+    operation_id = "getStackStatus",
+    params(("stack_id" = String, Path, description = "stack- and 16 lowercase hex digits")),
+    responses(
+        (status = 200, description = "Success", body = StatusView),
+        (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
+        (status = 404, description = "Stack gone", body = crate::openapi::ErrorBody),
+        (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
+    ),
+)]
 pub async fn status(State(state): State<AppState>, Path(stack_id): Path<String>) -> Result<Response, ApiError> {
     let record = state.stacks.status(&parse_id(&stack_id)?).await?;
     Ok(with_stack_id(Json(StatusView::from(&record)).into_response(), &record))
 }
 
+#[utoipa::path(
+    delete,
+    path = "/stacks/{stack_id}",
+    operation_id = "deleteStack",
+    params(("stack_id" = String, Path, description = "stack- and 16 lowercase hex digits")),
+    responses(
+        (status = 200, description = "Success", body = crate::openapi::Deleted),
+        (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
+        (status = 404, description = "Stack gone", body = crate::openapi::ErrorBody),
+        (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
+    ),
+)]
 pub async fn delete(State(state): State<AppState>, Path(stack_id): Path<String>) -> Result<Response, ApiError> {
     let id = parse_id(&stack_id)?;
     state.stacks.delete(&id).await?;
     Ok(Json(json!({ "deleted": true, "stack_id": id })).into_response())
 }
 
+#[utoipa::path(
+    post,
+    path = "/stacks/{stack_id}/renew",
+    operation_id = "renewStack",
+    params(("stack_id" = String, Path, description = "stack- and 16 lowercase hex digits")),
+    responses(
+        (status = 200, description = "Success", body = StackView),
+        (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
+        (status = 404, description = "Stack gone", body = crate::openapi::ErrorBody),
+        (status = 409, description = "Maximum lifetime reached", body = crate::openapi::ErrorBody),
+        (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
+    ),
+)]
 pub async fn renew(State(state): State<AppState>, Path(stack_id): Path<String>) -> Result<Response, ApiError> {
     let record = state.stacks.renew(&parse_id(&stack_id)?).await?;
     Ok(stack_response(StatusCode::OK, &record))
 }
 
+/// Counts, placement and headroom.
+#[utoipa::path(
+    get,
+    path = "/stats",
+    operation_id = "getStats",
+    responses(
+        (status = 200, description = "Success", body = stack_core::stacks::Stats),
+        (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
+        (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
+    ),
+)]
 pub async fn stats(State(state): State<AppState>) -> Result<Response, ApiError> {
     Ok(Json(state.stacks.stats().await?).into_response())
 }

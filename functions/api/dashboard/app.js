@@ -1,0 +1,438 @@
+// The operator's dashboard: vanilla JS, no dependency. Reads /stats, /stacks (following
+// next_cursor) and /history every few seconds with the key from sessionStorage; renders only
+// the visible rows of the stack table.
+"use strict";
+
+const KEY_STORAGE = "stack-provisioner.api-key";
+const REFRESH_MS = 4000;
+const PAGE_LIMIT = 1000;
+const ROW_HEIGHT = 34;
+const OVERSCAN = 8;
+
+const $ = (id) => document.getElementById(id);
+const state = {
+  key: sessionStorage.getItem(KEY_STORAGE) || "",
+  stacks: [],
+  shown: [],
+  selected: new Set(),
+  stats: null,
+  history: null,
+  challengeLabel: "challenge",
+  timer: null,
+  loading: false,
+  job: null,
+  loadedAt: 0,
+  // What the last action did; shown with the next refresh's line.
+  note: "",
+};
+
+class ApiError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+// Data calls are relative to the page, so the dashboard works under an API Gateway stage too.
+async function api(method, path, body) {
+  const headers = { "X-API-KEY": state.key };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const response = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), cache: "no-store" });
+  let data = null;
+  try { data = await response.json(); } catch (_) { data = null; }
+  if (!response.ok) {
+    throw new ApiError(response.status, (data && data.error) || response.statusText || "request failed");
+  }
+  return data;
+}
+
+// Every page of GET /stacks; `onPage` sees the stacks so far after each page.
+async function listStacks(onPage) {
+  const all = [];
+  let cursor = null;
+  for (let page = 0; page < 10000; page++) {
+    const query = new URLSearchParams({ limit: String(PAGE_LIMIT) });
+    if (cursor) query.set("cursor", cursor);
+    const data = await api("GET", "stacks?" + query.toString());
+    for (const s of data.stacks || []) all.push(s);
+    cursor = data.next_cursor;
+    if (cursor && onPage) onPage(all);
+    if (!cursor) break;
+  }
+  return all;
+}
+
+function note(text) {
+  state.note = text ? text + " · " : "";
+  message(text);
+}
+
+function message(text, isError) {
+  const m = $("message");
+  m.textContent = text;
+  m.classList.toggle("error", !!isError);
+}
+
+async function refresh() {
+  if (!state.key || state.loading) return;
+  state.loading = true;
+  const started = performance.now();
+  try {
+    // On the first load the table shows each page as it comes; later refreshes swap it whole.
+    const firstLoad = !state.loadedAt;
+    const statsAndHistory = Promise.all([api("GET", "stats"), api("GET", "history")]);
+    statsAndHistory.catch(() => {}); // awaited below; not "unhandled" if the list fails first
+    const stacks = await listStacks(firstLoad ? (partial) => { state.stacks = partial; applyFilter(); $("main").hidden = false; } : null);
+    const [stats, history] = await statsAndHistory;
+    state.stats = stats;
+    state.stacks = stacks;
+    state.history = history;
+    state.challengeLabel = history.challenge_label || "challenge";
+    const live = new Set(stacks.map((s) => s.stack_id));
+    for (const id of state.selected) if (!live.has(id)) state.selected.delete(id);
+    $("main").hidden = false;
+    $("key-forget").hidden = false;
+    render();
+    state.loadedAt = Date.now();
+    const ms = Math.round(performance.now() - started);
+    document.body.dataset.loadMs = String(ms);
+    document.body.dataset.loaded = String(state.loadedAt);
+    message(`${state.note}Updated ${new Date().toLocaleTimeString()} · ${stacks.length} stacks loaded in ${ms} ms`);
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 401) {
+      stop();
+      sessionStorage.removeItem(KEY_STORAGE);
+      state.key = "";
+      $("main").hidden = true;
+      $("key-forget").hidden = true;
+      message("The API key was refused (401 invalid api key). Enter the right key.", true);
+    } else {
+      message(`Refresh failed: ${err.message}. Showing data from ${state.loadedAt ? new Date(state.loadedAt).toLocaleTimeString() : "never"}; retrying.`, true);
+    }
+  } finally {
+    state.loading = false;
+  }
+}
+
+function start() {
+  stop();
+  refresh();
+  state.timer = setInterval(refresh, REFRESH_MS);
+}
+
+function stop() {
+  if (state.timer) clearInterval(state.timer);
+  state.timer = null;
+}
+
+// ---- rendering -------------------------------------------------------------------------------
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") node.className = v;
+    else if (k === "dataset") Object.assign(node.dataset, v);
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v);
+  }
+  for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return node;
+}
+
+const fmtCpu = (m) => (m >= 1000 ? (m / 1000).toFixed(m % 1000 ? 1 : 0) + " CPU" : m + "m");
+function fmtBytes(b) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (b >= 1024 && i < units.length - 1) { b /= 1024; i++; }
+  return (i ? b.toFixed(1) : b) + " " + units[i];
+}
+const pct = (a, b) => (b > 0 ? Math.min(100, Math.round((a / b) * 100)) : 0);
+
+function bar(used, total, label) {
+  const p = pct(used, total);
+  const inner = el("span");
+  inner.style.width = p + "%";
+  return el("span", {}, el("span", { class: "bar" + (p >= 90 ? " high" : "") }, inner), label);
+}
+
+function challengeOf(s) {
+  return (s.labels && s.labels[state.challengeLabel]) || "";
+}
+
+function render() {
+  renderCards();
+  renderNodes();
+  renderChart();
+  renderFailures();
+  renderGroups();
+  applyFilter();
+}
+
+function renderCards() {
+  const s = state.stats;
+  const c = s.capacity;
+  $("stat-total").textContent = s.total_stacks;
+  $("stat-active").textContent = s.active_stacks;
+  $("stat-ports").textContent = s.used_node_ports;
+  $("stat-ports-free").textContent = `${c.node_ports.free} free of ${c.node_ports.total}`;
+  $("stat-cpu").textContent = fmtCpu(s.reserved_cpu_milli);
+  $("stat-cpu-of").textContent = `of ${fmtCpu(c.allocatable_cpu_milli)} (${pct(s.reserved_cpu_milli, c.allocatable_cpu_milli)}%)`;
+  $("stat-mem").textContent = fmtBytes(s.reserved_memory_bytes);
+  $("stat-mem-of").textContent = `of ${fmtBytes(c.allocatable_memory_bytes)} (${pct(s.reserved_memory_bytes, c.allocatable_memory_bytes)}%)`;
+  const hourAgo = Date.now() - 3600e3;
+  let refusals = 0;
+  for (const m of state.history.refusals) if (Date.parse(m.minute) >= hourAgo) for (const n of Object.values(m.counts)) refusals += n;
+  $("stat-refusals").textContent = refusals;
+
+  const byStatus = {};
+  for (const st of state.stacks) byStatus[st.status] = (byStatus[st.status] || 0) + 1;
+  $("by-status").replaceChildren(...Object.entries(byStatus).sort().map(([k, n]) =>
+    el("span", { class: "chip" }, el("span", { class: "status " + k }, k), el("b", {}, n), " ")));
+}
+
+function renderNodes() {
+  const rows = Object.entries(state.stats.capacity.nodes).map(([name, n]) =>
+    el("tr", {},
+      el("td", { class: "mono" }, name + (n.ready ? "" : " (not ready)")),
+      el("td", {}, n.stacks),
+      el("td", {}, bar(n.reserved_cpu_milli, n.allocatable_cpu_milli, `${fmtCpu(n.reserved_cpu_milli)} / ${fmtCpu(n.allocatable_cpu_milli)}`)),
+      el("td", {}, bar(n.reserved_memory_bytes, n.allocatable_memory_bytes, `${fmtBytes(n.reserved_memory_bytes)} / ${fmtBytes(n.allocatable_memory_bytes)}`))));
+  if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: "4" }, "No stack node (nodes labelled with STACK_NODE_ROLE).")));
+  $("nodes").tBodies[0].replaceChildren(...rows);
+}
+
+const SVG = "http://www.w3.org/2000/svg";
+function polyline(cls, points) {
+  const p = document.createElementNS(SVG, "polyline");
+  p.setAttribute("class", "line " + cls);
+  p.setAttribute("points", points.join(" "));
+  return p;
+}
+
+function renderChart() {
+  const now = Date.now();
+  const from = now - 24 * 3600e3;
+  const passes = state.history.passes;
+  const refusals = state.history.refusals;
+  const x = (t) => (((t - from) / (now - from)) * 800).toFixed(1);
+  const maxActive = Math.max(1, ...passes.map((p) => p.active_stacks));
+  const perMinute = refusals.map((m) => Object.values(m.counts).reduce((a, b) => a + b, 0));
+  const maxRate = Math.max(1, ...passes.map((p) => p.created_last_minute), ...perMinute);
+  const y = (v, max) => (195 - (v / max) * 185).toFixed(1);
+  const svg = $("chart");
+  svg.replaceChildren(
+    polyline("active", passes.map((p) => `${x(Date.parse(p.at))},${y(p.active_stacks, maxActive)}`)),
+    polyline("creates", passes.map((p) => `${x(Date.parse(p.at))},${y(p.created_last_minute, maxRate)}`)),
+    polyline("refusals", refusals.map((m, i) => `${x(Date.parse(m.minute))},${y(perMinute[i], maxRate)}`)));
+  $("chart-axis").replaceChildren(
+    el("span", {}, "24 h ago"),
+    el("span", {}, `active max ${maxActive} · per-minute max ${maxRate} · ${passes.length} passes`),
+    el("span", {}, "now"));
+}
+
+function renderFailures() {
+  const hourAgo = Date.now() - 3600e3;
+  const total = {};
+  const hour = {};
+  for (const m of state.history.refusals) {
+    for (const [reason, n] of Object.entries(m.counts)) {
+      total[reason] = (total[reason] || 0) + n;
+      if (Date.parse(m.minute) >= hourAgo) hour[reason] = (hour[reason] || 0) + n;
+    }
+  }
+  const rows = Object.keys(total).sort().map((r) => el("tr", {}, el("td", {}, r), el("td", {}, hour[r] || 0), el("td", {}, total[r])));
+  if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: "3" }, "No refused create in 24 h.")));
+  $("refusals").tBodies[0].replaceChildren(...rows);
+
+  const passes = state.history.passes.slice(-15).reverse().map((p) => {
+    const repaired = Object.entries(p.removals || {}).filter(([r]) => r !== "expired").map(([r, n]) => `${r} ${n}`).join(", ");
+    return el("tr", {},
+      el("td", {}, new Date(p.at).toLocaleTimeString()),
+      el("td", {}, p.expired),
+      el("td", {}, p.drift + (repaired ? ` (${repaired})` : "")),
+      el("td", {}, p.orphans),
+      el("td", { class: p.failures ? "status failed" : "" }, p.failures),
+      el("td", {}, p.duration_ms));
+  });
+  if (!passes.length) passes.push(el("tr", {}, el("td", { colspan: "6" }, "No reconcile pass recorded yet.")));
+  $("passes").tBodies[0].replaceChildren(...passes);
+}
+
+function groupKey(s) {
+  const by = $("group-by").value;
+  if (by === "node") return s.node_id || "(unscheduled)";
+  if (by === "status") return s.status;
+  return challengeOf(s) || "(no " + state.challengeLabel + " label)";
+}
+
+function renderGroups() {
+  const groups = new Map();
+  for (const s of state.stacks) {
+    const k = groupKey(s);
+    if (!groups.has(k)) groups.set(k, []);
+    groups.get(k).push(s.stack_id);
+  }
+  const chips = [...groups.entries()].sort((a, b) => b[1].length - a[1].length).map(([k, ids]) =>
+    el("span", { class: "chip", dataset: { group: k } },
+      el("span", { class: "mono" }, k), el("b", {}, ids.length),
+      el("button", { type: "button", class: "group-delete", title: `Delete all ${ids.length} stacks of ${k}`, onclick: () => batchDelete(ids, `every stack of ${$("group-by").value} “${k}”`) }, "delete all")));
+  $("groups").replaceChildren(...chips);
+}
+
+function applyFilter() {
+  const q = $("filter").value.trim().toLowerCase();
+  state.shown = q
+    ? state.stacks.filter((s) => s.stack_id.includes(q) || s.node_id.toLowerCase().includes(q) || s.status.includes(q) || challengeOf(s).toLowerCase().includes(q))
+    : state.stacks;
+  $("spacer").style.height = state.shown.length * ROW_HEIGHT + "px";
+  $("shown").replaceChildren(el("span", {}, `${state.shown.length} of ${state.stacks.length} stacks shown`));
+  updateSelection();
+  renderRows();
+}
+
+// Only the rows in view (plus a few) exist in the DOM, whatever the number of stacks.
+function renderRows() {
+  const vp = $("viewport");
+  const first = Math.max(0, Math.floor(vp.scrollTop / ROW_HEIGHT) - OVERSCAN);
+  const last = Math.min(state.shown.length, Math.ceil((vp.scrollTop + vp.clientHeight) / ROW_HEIGHT) + OVERSCAN);
+  const rows = [];
+  for (let i = first; i < last; i++) rows.push(row(state.shown[i]));
+  const container = $("rows");
+  container.style.transform = `translateY(${first * ROW_HEIGHT}px)`;
+  container.replaceChildren(...rows);
+}
+
+function row(s) {
+  const box = el("input", { type: "checkbox", "aria-label": "Select " + s.stack_id });
+  box.checked = state.selected.has(s.stack_id);
+  box.addEventListener("change", () => {
+    if (box.checked) state.selected.add(s.stack_id); else state.selected.delete(s.stack_id);
+    updateSelection();
+  });
+  const ports = (s.ports || []).map((p) => `${p.container_port}/${p.protocol}→${p.node_port}`).join(" ");
+  return el("div", { class: "row", dataset: { stackId: s.stack_id } },
+    el("span", {}, box),
+    el("span", { class: "mono", title: s.stack_id }, s.stack_id),
+    el("span", { class: "status " + s.status }, s.status),
+    el("span", { class: "mono", title: s.node_public_ip || "" }, s.node_id || "–"),
+    el("span", { class: "wide" }, challengeOf(s) || "–"),
+    el("span", { class: "wide mono" }, ports),
+    el("span", { title: s.ttl_expires_at }, new Date(s.ttl_expires_at).toLocaleString()),
+    el("span", {},
+      el("button", { type: "button", class: "small renew", dataset: { stackId: s.stack_id }, onclick: () => renew(s.stack_id) }, "renew"), " ",
+      el("button", { type: "button", class: "small danger delete", dataset: { stackId: s.stack_id }, onclick: () => deleteOne(s.stack_id) }, "delete")));
+}
+
+function updateSelection() {
+  const n = state.selected.size;
+  const button = $("delete-selected");
+  button.textContent = `Delete selected (${n})`;
+  button.disabled = n === 0;
+  $("select-all").checked = state.shown.length > 0 && state.shown.every((s) => state.selected.has(s.stack_id));
+}
+
+// ---- actions ---------------------------------------------------------------------------------
+
+function confirmAction(text) {
+  const dialog = $("confirm");
+  $("confirm-text").textContent = text;
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
+    dialog.returnValue = "";
+    dialog.showModal();
+  });
+}
+
+async function deleteOne(id) {
+  if (!(await confirmAction(`Delete stack ${id}? Its pod and service are removed at once.`))) return;
+  try {
+    await api("DELETE", "stacks/" + encodeURIComponent(id));
+    note(`Deleted ${id}.`);
+  } catch (err) {
+    if (err.status === 404) note(`${id} was already gone.`);
+    else message(`Deleting ${id} failed: ${err.message}`, true);
+  }
+  state.selected.delete(id);
+  refresh();
+}
+
+async function renew(id) {
+  if (!(await confirmAction(`Renew stack ${id}? Its TTL is extended (up to its maximum lifetime).`))) return;
+  try {
+    const s = await api("POST", "stacks/" + encodeURIComponent(id) + "/renew");
+    note(`Renewed ${id} until ${new Date(s.ttl_expires_at).toLocaleString()}.`);
+  } catch (err) {
+    message(`Renewing ${id} failed: ${err.message}`, true);
+  }
+  refresh();
+}
+
+async function batchDelete(ids, what) {
+  if (!ids.length) return;
+  if (!(await confirmAction(`Delete ${ids.length} stacks (${what})? This cannot be undone.`))) return;
+  try {
+    const { job_id: jobId } = await api("POST", "stacks/batch-delete", { stack_ids: ids });
+    for (const id of ids) state.selected.delete(id);
+    updateSelection();
+    followJob(jobId);
+  } catch (err) {
+    message(`Batch delete failed: ${err.message}`, true);
+  }
+}
+
+async function followJob(jobId) {
+  $("job").hidden = false;
+  for (;;) {
+    let job;
+    try {
+      job = await api("GET", "stacks/batch-delete/" + encodeURIComponent(jobId));
+    } catch (err) {
+      $("job-text").textContent = `Job ${jobId}: ${err.message}`;
+      return;
+    }
+    const done = job.deleted + job.not_found + job.failed;
+    $("job-progress").max = Math.max(1, job.total);
+    $("job-progress").value = done;
+    $("job-text").textContent = `Job ${jobId} ${job.status}: ${done}/${job.total} (deleted ${job.deleted}, already gone ${job.not_found}, failed ${job.failed})`;
+    if (job.status === "completed" || job.status === "failed") {
+      note(`Batch delete ${job.status}: ${job.deleted} deleted, ${job.not_found} already gone, ${job.failed} failed`);
+      refresh();
+      return;
+    }
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+}
+
+// ---- wiring ----------------------------------------------------------------------------------
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("key-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const key = $("key").value.trim();
+    if (!key) return;
+    state.key = key;
+    sessionStorage.setItem(KEY_STORAGE, key);
+    $("key").value = "";
+    message("Loading…");
+    start();
+  });
+  $("key-forget").addEventListener("click", () => {
+    stop();
+    sessionStorage.removeItem(KEY_STORAGE);
+    state.key = "";
+    $("main").hidden = true;
+    $("key-forget").hidden = true;
+    message("Key forgotten. Enter the API key to load the data.");
+  });
+  $("viewport").addEventListener("scroll", () => requestAnimationFrame(renderRows), { passive: true });
+  window.addEventListener("resize", () => requestAnimationFrame(renderRows));
+  $("filter").addEventListener("input", applyFilter);
+  $("group-by").addEventListener("change", renderGroups);
+  $("select-all").addEventListener("change", (e) => {
+    for (const s of state.shown) if (e.target.checked) state.selected.add(s.stack_id); else state.selected.delete(s.stack_id);
+    updateSelection();
+    renderRows();
+  });
+  $("delete-selected").addEventListener("click", () => batchDelete([...state.selected], "the selection"));
+  if (state.key) start();
+});

@@ -1,0 +1,161 @@
+//! The OpenAPI 3.1 document of every route, generated from the handlers' annotations and the
+//! wire types they serialize (`GET /openapi.json`, no key needed).
+
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use stack_core::model::{PortMapping, Protocol};
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityScheme};
+use utoipa::{Modify, OpenApi, ToSchema};
+
+use crate::routes::{batch, dashboard, health, history, stacks};
+
+/// Every error: `{"error": "<message>"}`.
+#[derive(Serialize, ToSchema)]
+#[schema(as = Error)]
+pub struct ErrorBody {
+    pub error: String,
+}
+
+/// `DELETE /stacks/{stack_id}`.
+#[derive(Serialize, ToSchema)]
+pub struct Deleted {
+    pub deleted: bool,
+    pub stack_id: String,
+}
+
+/// `POST /stacks/batch-delete`.
+#[derive(Serialize, ToSchema)]
+pub struct JobAccepted {
+    #[schema(pattern = "^job-[0-9a-f]{16}$")]
+    pub job_id: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct BatchDeleteRequest {
+    /// Trimmed; duplicates dropped; a blank one is refused.
+    #[schema(min_items = 1)]
+    pub stack_ids: Vec<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Health {
+    pub status: String,
+}
+
+/// One port to expose (v1 clients).
+#[derive(Serialize, ToSchema)]
+pub struct TargetPortItem {
+    #[schema(minimum = 1, maximum = 65535)]
+    pub container_port: u16,
+    /// Any case; TCP when absent.
+    pub protocol: Option<Protocol>,
+}
+
+/// v1 clients send a list, v0 clients one TCP port.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum TargetPorts {
+    V1(Vec<TargetPortItem>),
+    V0(u16),
+}
+
+/// A manifest that passes the validator: the example lets a contract fuzzer create real stacks.
+const EXAMPLE_POD: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  labels:\n    challenge: web\nspec:\n  containers:\n    - name: web\n      image: nginx:1.27\n      ports:\n        - containerPort: 80\n      resources:\n        limits:\n          cpu: 100m\n          memory: 64Mi\n";
+
+/// `POST /stacks`; unknown fields are ignored.
+#[derive(Serialize, ToSchema)]
+#[schema(example = json!({"pod_spec": EXAMPLE_POD, "target_port": [{"container_port": 80, "protocol": "TCP"}]}))]
+pub struct CreateStackRequest {
+    /// One `v1` Pod manifest as YAML.
+    pub pod_spec: String,
+    pub target_port: TargetPorts,
+}
+
+struct ApiKeyScheme;
+
+impl Modify for ApiKeyScheme {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "api_key",
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("X-API-KEY"))),
+        );
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "stack-provisioner",
+        description = "Isolated per-participant CTF challenge stacks (a Pod and a NodePort Service each). \
+            Every route but /openapi.json and /dashboard needs the key in `X-API-KEY`.",
+    ),
+    paths(
+        health::healthz,
+        stacks::create,
+        stacks::list,
+        stacks::get,
+        stacks::status,
+        stacks::delete,
+        stacks::renew,
+        stacks::stats,
+        batch::start,
+        batch::get,
+        history::history,
+        dashboard::page,
+        openapi_json,
+    ),
+    components(schemas(PortMapping, Protocol)),
+    modifiers(&ApiKeyScheme),
+    security(("api_key" = [])),
+)]
+pub struct ApiDoc;
+
+/// The document, built once.
+pub fn document() -> &'static str {
+    static DOCUMENT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DOCUMENT.get_or_init(|| ApiDoc::openapi().to_json().unwrap_or_else(|_| "{}".to_owned()))
+}
+
+/// This document.
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    operation_id = "openapi",
+    security(()),
+    responses((status = 200, description = "OpenAPI 3.1 document", content_type = "application/json", body = Object)),
+)]
+pub async fn openapi_json() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], document()).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn document_is_openapi_3_1_and_names_every_route() {
+        let doc: serde_json::Value = serde_json::from_str(document()).unwrap();
+        assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
+        for path in [
+            "/healthz",
+            "/stacks",
+            "/stacks/{stack_id}",
+            "/stacks/{stack_id}/status",
+            "/stacks/{stack_id}/renew",
+            "/stacks/batch-delete",
+            "/stacks/batch-delete/{job_id}",
+            "/stats",
+            "/history",
+            "/dashboard",
+            "/openapi.json",
+        ] {
+            assert!(doc["paths"][path].is_object(), "{path} missing");
+        }
+        assert_eq!(
+            doc["paths"]["/openapi.json"]["get"]["security"],
+            serde_json::json!([{}])
+        );
+    }
+}

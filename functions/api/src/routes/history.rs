@@ -1,0 +1,47 @@
+//! `GET /history`: what the dashboard charts (reconcile pass snapshots and create refusals of
+//! the last day). Two range queries, no scan.
+
+use axum::Json;
+use axum::extract::State;
+use jiff::{SignedDuration, Timestamp};
+use serde::Serialize;
+use stack_core::history::{PassSnapshot, RefusalMinute};
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// How far back the charts go.
+const WINDOW: SignedDuration = SignedDuration::from_hours(24);
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct History {
+    /// Label of the manifests the dashboard groups stacks by (`STACK_CHALLENGE_LABEL`).
+    pub challenge_label: String,
+    /// One per reconcile pass of the last 24 hours, oldest first.
+    pub passes: Vec<PassSnapshot>,
+    /// Create refusals per minute and reason over the last 24 hours, oldest first.
+    pub refusals: Vec<RefusalMinute>,
+}
+
+/// Reconcile passes and create refusals of the last 24 hours.
+#[utoipa::path(
+    get,
+    path = "/history",
+    operation_id = "getHistory",
+    responses(
+        (status = 200, description = "Success", body = History),
+        (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
+        (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
+    ),
+)]
+pub async fn history(State(state): State<AppState>) -> Result<Json<History>, ApiError> {
+    let since = Timestamp::now().saturating_sub(WINDOW).unwrap_or(Timestamp::UNIX_EPOCH);
+    let store = state.stacks.store();
+    let (passes, refusals) = tokio::try_join!(store.pass_snapshots_since(since), store.refusals_since(since))
+        .map_err(stack_core::stacks::StackError::from)?;
+    Ok(Json(History {
+        challenge_label: state.stacks.config().challenge_label.clone(),
+        passes,
+        refusals,
+    }))
+}

@@ -1,0 +1,122 @@
+//! Dashboard history: pk=`HISTORY`, sk=pass time; pk=`REFUSALS`, sk=minute. Sort keys are
+//! zero-padded epoch milliseconds so that a range query over the last day reads them in
+//! order. Both expire through `expires_at` after [`RETENTION`](crate::history::RETENTION).
+
+use std::collections::BTreeMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use jiff::Timestamp;
+
+use super::item::{EXPIRES_AT, Item, PK, SK, from_item, n, s, to_item};
+use super::{Store, StoreError};
+use crate::history::{PassSnapshot, RETENTION, RefusalMinute, RefusalReason, minute_of};
+
+const HISTORY_PK: &str = "HISTORY";
+const REFUSALS_PK: &str = "REFUSALS";
+const MINUTE: &str = "minute";
+
+fn sort_key(at: Timestamp) -> String {
+    format!("{:015}", at.as_millisecond().max(0))
+}
+
+fn expiry(at: Timestamp) -> i64 {
+    at.saturating_add(RETENTION).unwrap_or(at).as_second()
+}
+
+impl Store {
+    /// One small item per reconcile pass.
+    pub async fn put_pass_snapshot(&self, snapshot: &PassSnapshot) -> Result<(), StoreError> {
+        let item = to_item(HISTORY_PK, &sort_key(snapshot.at), snapshot, Some(expiry(snapshot.at)))?;
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(|e| StoreError::backend("PutItem", e))?;
+        Ok(())
+    }
+
+    /// Snapshots taken at or after `since`, oldest first.
+    pub async fn pass_snapshots_since(&self, since: Timestamp) -> Result<Vec<PassSnapshot>, StoreError> {
+        self.query_since(HISTORY_PK, since, from_item).await
+    }
+
+    /// Adds one refusal to the count of `at`'s minute: one atomic update, no read.
+    pub async fn count_refusal(&self, reason: RefusalReason, at: Timestamp) -> Result<(), StoreError> {
+        let minute = minute_of(at);
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key(PK, s(REFUSALS_PK))
+            .key(SK, s(sort_key(minute)))
+            .update_expression("ADD #reason :one SET #minute = :minute, #expires = :expires")
+            .expression_attribute_names("#reason", reason.as_str())
+            .expression_attribute_names("#minute", MINUTE)
+            .expression_attribute_names("#expires", EXPIRES_AT)
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":minute", s(minute.to_string()))
+            .expression_attribute_values(":expires", n(expiry(minute)))
+            .send()
+            .await
+            .map_err(|e| StoreError::backend("UpdateItem", e))?;
+        Ok(())
+    }
+
+    /// Refusal counts of the minutes at or after `since`, oldest first.
+    pub async fn refusals_since(&self, since: Timestamp) -> Result<Vec<RefusalMinute>, StoreError> {
+        self.query_since(REFUSALS_PK, since, refusal_minute).await
+    }
+
+    async fn query_since<T>(
+        &self,
+        pk: &str,
+        since: Timestamp,
+        mut parse: impl FnMut(Item) -> Result<T, StoreError>,
+    ) -> Result<Vec<T>, StoreError> {
+        let mut parsed = Vec::new();
+        let mut start = None;
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("#pk = :pk AND #sk >= :since")
+                .expression_attribute_names("#pk", PK)
+                .expression_attribute_names("#sk", SK)
+                .expression_attribute_values(":pk", s(pk))
+                .expression_attribute_values(":since", s(sort_key(since)))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| StoreError::backend("Query", e))?;
+            for item in out.items.unwrap_or_default() {
+                parsed.push(parse(item)?);
+            }
+            start = out.last_evaluated_key;
+            if start.is_none() {
+                return Ok(parsed);
+            }
+        }
+    }
+}
+
+fn refusal_minute(mut item: Item) -> Result<RefusalMinute, StoreError> {
+    for k in [PK, SK, EXPIRES_AT] {
+        item.remove(k);
+    }
+    let minute = match item.remove(MINUTE) {
+        Some(AttributeValue::S(m)) => m
+            .parse()
+            .map_err(|_| StoreError::Malformed("refusal minute is not a time".into()))?,
+        _ => return Err(StoreError::Malformed("refusal item without minute".into())),
+    };
+    let counts: BTreeMap<String, u64> = item
+        .into_iter()
+        .filter_map(|(reason, value)| match value {
+            AttributeValue::N(count) => Some((reason, count.parse().ok()?)),
+            _ => None,
+        })
+        .collect();
+    Ok(RefusalMinute { minute, counts })
+}

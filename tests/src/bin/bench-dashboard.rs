@@ -1,0 +1,322 @@
+//! How fast the dashboard loads with many stacks, in a real headless Chromium (run
+//! `tests/env/up` first; Chromium and chromedriver as for the browser test).
+//!
+//! Seeds N healthy stacks straight into DynamoDB and the apiserver, as `bench-reconciler`
+//! does (records with their hardened manifests, pods bound to simulated nodes, headless
+//! services), serves the API router on loopback, opens `/dashboard`, enters the key and
+//! prints: the time from the key's submit until every stack is in the table (the page's own
+//! measure of its first refresh: /stats, every /stacks page, /history, render), the same for
+//! a later refresh, the rows in the DOM, and the time to render after a scroll to the end.
+//! Everything it made (table, namespace, nodes) is deleted at the end.
+//!
+//! `cargo run --release -p stack-tests --bin bench-dashboard -- --stacks 10000`
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use fantoccini::Locator;
+use futures::StreamExt;
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::Api;
+use kube::api::{ListParams, PostParams};
+use stack_api::AppState;
+use stack_core::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, Protocol, StackId, TargetPort};
+use stack_core::store::{Store, StoreError};
+use stack_core::validate::{self, Rejection, ValidationPolicy};
+use stack_tests::api::{API_KEY, kube_config};
+use stack_tests::browser::{Browser, BrowserError, serve};
+use stack_tests::env::{EnvError, SimulatedNode, TestEnv, TestNamespace, TestTable, nodes, unique_name};
+use stack_tests::reconciler::{add_schedulable_node, reconciler_config, running_record, stack_service};
+
+const BENCH_POD: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: bench
+  labels:
+    challenge: bench
+spec:
+  containers:
+    - name: app
+      image: registry.example/ctf/app:1
+      ports:
+        - containerPort: 1337
+      resources:
+        limits:
+          cpu: 10m
+          memory: 16Mi
+"#;
+const BENCH_PORT: TargetPort = TargetPort {
+    container_port: 1337,
+    protocol: Protocol::Tcp,
+};
+const SEED_CONCURRENCY: usize = 48;
+const PODS_PER_NODE: usize = 1000;
+const RUNNING_TIMEOUT: Duration = Duration::from_secs(900);
+const PAGE_TIMEOUT: Duration = Duration::from_secs(120);
+
+#[derive(Debug, thiserror::Error)]
+enum BenchError {
+    #[error(transparent)]
+    Env(#[from] EnvError),
+    #[error("kubernetes: {0}")]
+    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Config(#[from] stack_core::config::ConfigError),
+    #[error("the benchmark manifest was refused: {0}")]
+    Manifest(#[from] Rejection),
+    #[error(transparent)]
+    Browser(#[from] BrowserError),
+    #[error("webdriver: {0}")]
+    WebDriver(#[from] fantoccini::error::CmdError),
+    #[error("{0}")]
+    Timeout(String),
+}
+
+fn arg(flag: &str) -> Option<String> {
+    std::env::args().skip_while(|a| a != flag).nth(1)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let env = match TestEnv::connect().await {
+        Ok(env) => env,
+        Err(err) => {
+            eprintln!("bench-dashboard: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let stacks: usize = arg("--stacks").and_then(|n| n.parse().ok()).unwrap_or(10_000);
+    let mut fixture = Fixture::default();
+    let result = run(&env, stacks, &mut fixture).await;
+    fixture.remove(&env).await;
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("bench-dashboard: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[derive(Default)]
+struct Fixture {
+    table: Option<TestTable>,
+    namespace: Option<TestNamespace>,
+    nodes: Vec<String>,
+}
+
+impl Fixture {
+    async fn remove(&mut self, env: &TestEnv) {
+        if let Some(namespace) = self.namespace.take() {
+            let pods: Api<Pod> = namespace.api();
+            if let Err(err) = namespace.delete().await {
+                eprintln!("cleanup of the namespace failed: {err}");
+            }
+            // kwok finishes the pods' deletion only while their nodes exist.
+            let deadline = Instant::now() + RUNNING_TIMEOUT;
+            while Instant::now() < deadline
+                && pods
+                    .list(&ListParams::default().limit(1))
+                    .await
+                    .is_ok_and(|l| !l.items.is_empty())
+            {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+        }
+        if let Some(table) = self.table.take()
+            && let Err(err) = table.delete().await
+        {
+            eprintln!("cleanup of the table failed: {err}");
+        }
+        for node in self.nodes.drain(..) {
+            if let Err(err) = nodes::delete_node(&env.kube, &node).await {
+                eprintln!("cleanup of node {node} failed: {err}");
+            }
+        }
+    }
+}
+
+async fn run(env: &TestEnv, stacks: usize, fixture: &mut Fixture) -> Result<(), BenchError> {
+    let table = fixture.table.insert(env.fresh_table("dash").await?);
+    let table_name = table.name().to_owned();
+    let namespace = fixture.namespace.insert(env.fresh_namespace("dash").await?);
+    let namespace_name = namespace.name().to_owned();
+    let role = unique_name("dash");
+    let mut targets = Vec::new();
+    for i in 0..stacks.div_ceil(PODS_PER_NODE) {
+        let ip = format!("203.0.113.{}", 100 + i % 100);
+        let node = SimulatedNode::new(&format!("{role}-{i}"))
+            .role(&role)
+            .external_ip(&ip)
+            .allocatable("64", "256Gi", &PODS_PER_NODE.to_string());
+        fixture.nodes.push(node.name.clone());
+        add_schedulable_node(env, &node).await?;
+        targets.push((node.name, ip));
+    }
+    let config = reconciler_config(
+        &namespace_name,
+        &table_name,
+        &[("STACK_NODE_ROLE", &role), ("API_KEY", API_KEY)],
+    );
+    let seeder = Seeder {
+        policy: ValidationPolicy::from_config(&config)?,
+        pods: Api::namespaced(env.kube.clone(), &namespace_name),
+        services: Api::namespaced(env.kube.clone(), &namespace_name),
+        store: Store::new(env.dynamodb.clone(), &table_name, true),
+        namespace: namespace_name.clone(),
+        nodes: targets,
+    };
+    let started = Instant::now();
+    let seeded: Vec<Result<(), BenchError>> = futures::stream::iter(0..stacks)
+        .map(|i| seeder.seed(i))
+        .buffer_unordered(SEED_CONCURRENCY)
+        .collect()
+        .await;
+    seeded.into_iter().collect::<Result<Vec<()>, _>>()?;
+    println!("seeded {stacks} stacks in {:.1}s", started.elapsed().as_secs_f64());
+    wait_all_running(&seeder.pods, stacks).await?;
+
+    let kube = kube::Client::try_from(kube_config(env).await)?;
+    let state = AppState::with_clients(config, Store::new(env.dynamodb.clone(), &table_name, true), kube)?;
+    let base = serve(stack_api::router(state)).await?;
+    let browser = Browser::start(1366, 900).await?;
+    let client = &browser.client;
+    let opened = Instant::now();
+    client.goto(&format!("{base}/dashboard")).await?;
+    client
+        .wait()
+        .at_most(PAGE_TIMEOUT)
+        .for_element(Locator::Id("key-form"))
+        .await?;
+    println!("page shown (no key yet): {} ms", opened.elapsed().as_millis());
+    client.find(Locator::Id("key")).await?.send_keys(API_KEY).await?;
+    let submitted = Instant::now();
+    client.find(Locator::Id("key-submit")).await?.click().await?;
+    client
+        .wait()
+        .at_most(PAGE_TIMEOUT)
+        .for_element(Locator::Css("body[data-loaded]"))
+        .await?;
+    let first = submitted.elapsed();
+    let page_ms = client.execute("return document.body.dataset.loadMs", vec![]).await?;
+    let rows = client.find_all(Locator::Css("#rows .row")).await?.len();
+    let shown = client.find(Locator::Id("stat-total")).await?.text().await?;
+    println!(
+        "first load with {stacks} stacks: {} ms from the key's submit to the table ({} ms measured by the page); /stats says {shown}; {rows} rows in the DOM",
+        first.as_millis(),
+        page_ms.as_str().unwrap_or("?")
+    );
+    // Where the time goes: each data call as the browser saw it (Resource Timing).
+    let calls = client
+        .execute(
+            "return performance.getEntriesByType('resource')\
+               .filter(e => e.initiatorType === 'fetch')\
+               .map(e => [new URL(e.name).pathname, Math.round(e.responseStart - e.requestStart), \
+                          Math.round(e.responseEnd - e.responseStart), e.encodedBodySize]);",
+            vec![],
+        )
+        .await?;
+    for call in calls.as_array().into_iter().flatten().take(6) {
+        println!(
+            "  {}: server {} ms, transfer {} ms, {} bytes",
+            call[0].as_str().unwrap_or("?"),
+            call[1],
+            call[2],
+            call[3]
+        );
+    }
+    // The next refresh (every 4 s): what an open page pays to stay current.
+    let loaded: String = client
+        .execute("return document.body.dataset.loaded", vec![])
+        .await?
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    client
+        .wait()
+        .at_most(PAGE_TIMEOUT)
+        .for_element(Locator::XPath(&format!("//body[@data-loaded != '{loaded}']")))
+        .await?;
+    let again = client.execute("return document.body.dataset.loadMs", vec![]).await?;
+    println!(
+        "a later refresh: {} ms measured by the page",
+        again.as_str().unwrap_or("?")
+    );
+    let scroll = client
+        .execute(
+            "const v = document.getElementById('viewport'); const t = performance.now(); \
+             v.scrollTop = v.scrollHeight; v.dispatchEvent(new Event('scroll')); \
+             return new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => \
+               r([performance.now() - t, document.querySelector('#rows .row:last-child').dataset.stackId]))));",
+            vec![],
+        )
+        .await?;
+    println!(
+        "scroll to the last row rendered in {:.1} ms",
+        scroll[0].as_f64().unwrap_or(f64::NAN)
+    );
+    let shot = browser.screenshot(&format!("bench-{stacks}")).await?;
+    println!("screenshot: {}", shot.display());
+    browser.close().await;
+    Ok(())
+}
+
+struct Seeder {
+    policy: ValidationPolicy,
+    pods: Api<Pod>,
+    services: Api<Service>,
+    store: Store,
+    namespace: String,
+    nodes: Vec<(String, String)>,
+}
+
+impl Seeder {
+    async fn seed(&self, i: usize) -> Result<(), BenchError> {
+        let id = StackId::generate();
+        let (node, ip) = &self.nodes[i % self.nodes.len()];
+        let create = PostParams::default();
+        let mut hardened = validate::validate(BENCH_POD, &[BENCH_PORT], &id, &self.policy)?;
+        if let Some(spec) = hardened.pod.spec.as_mut() {
+            spec.node_name = Some(node.clone());
+        }
+        let owner = self.pods.create(&create, &hardened.pod).await?;
+        self.services.create(&create, &stack_service(&id, Some(&owner))).await?;
+        let ttl = Timestamp::now() + SignedDuration::from_hours(2);
+        let mut record = running_record(&id, &self.namespace, node, Some(ip), ttl);
+        record.pod_spec = hardened.yaml;
+        self.store.put_new_stack(&record).await?;
+        Ok(())
+    }
+}
+
+async fn wait_all_running(pods: &Api<Pod>, wanted: usize) -> Result<(), BenchError> {
+    let deadline = Instant::now() + RUNNING_TIMEOUT;
+    loop {
+        let mut params = ListParams::default()
+            .labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"))
+            .limit(1000);
+        let mut running = 0;
+        loop {
+            let page = pods.list(&params).await?;
+            running += page
+                .items
+                .iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .count();
+            match page.metadata.continue_ {
+                Some(token) if !token.is_empty() => params = params.continue_token(&token),
+                _ => break,
+            }
+        }
+        if running >= wanted {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(BenchError::Timeout(format!("{running} of {wanted} pods Running")));
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}

@@ -1,0 +1,147 @@
+//! What the dashboard reads, over the real local environment: the public page and document,
+//! headroom in /stats, and the history the reconciler and refused creates record.
+
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use http::{Method, Request};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use stack_tests::api::{ApiHarness, WEB_POD};
+use stack_tests::reconciler::TestReconciler;
+use tower::ServiceExt;
+
+/// A request without any key; the raw status, headers and body.
+async fn without_key(api: &ApiHarness, path: &str) -> (u16, http::HeaderMap, Vec<u8>) {
+    let request = Request::builder().uri(path).body(Body::empty()).expect("request");
+    let response = api.router.clone().oneshot(request).await.expect("router");
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let body = response.into_body().collect().await.expect("body").to_bytes().to_vec();
+    (status, headers, body)
+}
+
+#[tokio::test]
+async fn page_and_document_need_no_key_and_data_still_does() {
+    let api = ApiHarness::start().await;
+    for (path, content_type) in [
+        ("/dashboard", "text/html"),
+        ("/dashboard/app.js", "text/javascript"),
+        ("/dashboard/app.css", "text/css"),
+    ] {
+        let (status, headers, _) = without_key(&api, path).await;
+        assert_eq!(status, 200, "{path}");
+        let served = headers[http::header::CONTENT_TYPE].to_str().unwrap();
+        assert!(served.starts_with(content_type), "{path}: {served}");
+        let csp = headers[http::header::CONTENT_SECURITY_POLICY].to_str().unwrap();
+        assert!(
+            csp.contains("default-src 'none'") && csp.contains("script-src 'self'"),
+            "{csp}"
+        );
+        assert!(!csp.contains("unsafe-inline"), "{csp}");
+    }
+    let (status, _, body) = without_key(&api, "/openapi.json").await;
+    assert_eq!(status, 200);
+    let doc: Value = serde_json::from_slice(&body).expect("json document");
+    assert_eq!(doc["openapi"], json!("3.1.0"));
+    assert!(doc["paths"]["/stacks/{stack_id}"]["delete"].is_object());
+
+    // Only the page, its two assets and the document are public.
+    for path in [
+        "/stats",
+        "/history",
+        "/stacks",
+        "/dashboard/secrets.txt",
+        "/dashboard/../stats",
+    ] {
+        let (status, _, body) = without_key(&api, path).await;
+        assert_eq!(status, 401, "{path}: {}", String::from_utf8_lossy(&body));
+    }
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn stats_show_headroom_of_ports_and_stack_nodes() {
+    let api = ApiHarness::start().await;
+    let created = api.create(WEB_POD, json!([{"container_port": 80}])).await;
+    assert_eq!(created.status, 201, "{}", created.json);
+
+    let stats = api.call(Method::GET, "/stats", None).await.json;
+    let placed = stats["node_distribution"].as_object().expect("distribution");
+    assert_eq!(placed.len(), 1, "{stats}");
+    let node = placed.keys().next().expect("the stack's node").clone();
+    let capacity = &stats["capacity"];
+    // Defaults: 31001..=32767.
+    assert_eq!(capacity["node_ports"]["total"], json!(1767));
+    assert_eq!(capacity["node_ports"]["used"], stats["used_node_ports"]);
+    assert_eq!(
+        capacity["node_ports"]["free"],
+        json!(1767 - stats["used_node_ports"].as_u64().unwrap())
+    );
+    let on_node = &capacity["nodes"][&node];
+    assert_eq!(on_node["stacks"], json!(1), "{capacity}");
+    assert_eq!(on_node["reserved_cpu_milli"], json!(100));
+    assert_eq!(on_node["reserved_memory_bytes"], json!(64 * 1024 * 1024));
+    assert!(on_node["allocatable_cpu_milli"].as_i64().unwrap() > 100, "{on_node}");
+    assert!(
+        capacity["nodes"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .all(|n| !n.starts_with("system")),
+        "only nodes with the stack role: {capacity}"
+    );
+    // Every field of before is still there.
+    for field in [
+        "total_stacks",
+        "active_stacks",
+        "node_distribution",
+        "reserved_cpu_milli",
+        "reserved_memory_bytes",
+    ] {
+        assert!(!stats[field].is_null(), "{field}");
+    }
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn history_shows_reconcile_passes_and_refused_creates() {
+    let api = ApiHarness::start().await;
+    let created = api.create(WEB_POD, json!(80)).await;
+    assert_eq!(created.status, 201, "{}", created.json);
+    let refused = api.create("kind: Service", json!(80)).await;
+    assert_eq!(refused.status, 400);
+
+    let reconciler = TestReconciler::over(&api, &[]).await;
+    reconciler.pass().await;
+
+    let history = api.call(Method::GET, "/history", None).await.json;
+    assert_eq!(history["challenge_label"], json!("challenge"));
+    let passes = history["passes"].as_array().expect("passes");
+    assert_eq!(passes.len(), 1, "{history}");
+    assert_eq!(passes[0]["total_stacks"], json!(1));
+    assert_eq!(passes[0]["active_stacks"], json!(1));
+    assert_eq!(passes[0]["created_last_minute"], json!(1));
+
+    // The refusal is counted off the request's path: it shows up shortly after.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let history = api.call(Method::GET, "/history", None).await.json;
+        let counted: u64 = history["refusals"]
+            .as_array()
+            .expect("refusals")
+            .iter()
+            .filter_map(|m| m["counts"]["invalid_spec"].as_u64())
+            .sum();
+        if counted == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "refusal not counted: {history}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The page groups by the manifest's challenge label.
+    let list = api.call(Method::GET, "/stacks", None).await.json;
+    assert_eq!(list["stacks"][0]["labels"]["challenge"], json!("web"));
+    api.finish().await;
+}
