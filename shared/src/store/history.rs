@@ -72,32 +72,22 @@ impl Store {
         &self,
         pk: &str,
         since: Timestamp,
-        mut parse: impl FnMut(Item) -> Result<T, StoreError>,
+        parse: impl FnMut(Item) -> Result<T, StoreError>,
     ) -> Result<Vec<T>, StoreError> {
-        let mut parsed = Vec::new();
-        let mut start = None;
-        loop {
-            let out = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("#pk = :pk AND #sk >= :since")
-                .expression_attribute_names("#pk", PK)
-                .expression_attribute_names("#sk", SK)
-                .expression_attribute_values(":pk", s(pk))
-                .expression_attribute_values(":since", s(sort_key(since)))
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| StoreError::backend("Query", e))?;
-            for item in out.items.unwrap_or_default() {
-                parsed.push(parse(item)?);
-            }
-            start = out.last_evaluated_key;
-            if start.is_none() {
-                return Ok(parsed);
-            }
-        }
+        self.query_all(
+            || {
+                self.client
+                    .query()
+                    .table_name(&self.table)
+                    .key_condition_expression("#pk = :pk AND #sk >= :since")
+                    .expression_attribute_names("#pk", PK)
+                    .expression_attribute_names("#sk", SK)
+                    .expression_attribute_values(":pk", s(pk))
+                    .expression_attribute_values(":since", s(sort_key(since)))
+            },
+            parse,
+        )
+        .await
     }
 }
 

@@ -67,33 +67,22 @@ impl Store {
 
     /// Jobs not yet completed or failed (the partition only holds a day of jobs).
     pub async fn list_unfinished_jobs(&self) -> Result<Vec<BatchDeleteJob>, StoreError> {
-        let mut jobs = Vec::new();
-        let mut start = None;
-        loop {
-            let out = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("#pk = :pk")
-                .filter_expression("#status IN (:queued, :running)")
-                .expression_attribute_names("#pk", PK)
-                .expression_attribute_names("#status", "status")
-                .expression_attribute_values(":pk", s(JOB_PK))
-                .expression_attribute_values(":queued", s("queued"))
-                .expression_attribute_values(":running", s("running"))
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| StoreError::backend("Query", e))?;
-            for item in out.items.unwrap_or_default() {
-                jobs.push(from_item(item)?);
-            }
-            start = out.last_evaluated_key;
-            if start.is_none() {
-                break;
-            }
-        }
-        Ok(jobs)
+        self.query_all(
+            || {
+                self.client
+                    .query()
+                    .table_name(&self.table)
+                    .key_condition_expression("#pk = :pk")
+                    .filter_expression("#status IN (:queued, :running)")
+                    .expression_attribute_names("#pk", PK)
+                    .expression_attribute_names("#status", "status")
+                    .expression_attribute_values(":pk", s(JOB_PK))
+                    .expression_attribute_values(":queued", s("queued"))
+                    .expression_attribute_values(":running", s("running"))
+                    .consistent_read(true)
+            },
+            from_item,
+        )
+        .await
     }
 }

@@ -58,6 +58,30 @@ impl Store {
 }
 
 impl Store {
+    /// Every item `query` selects, through `parse`, one page at a time.
+    pub(crate) async fn query_all<T>(
+        &self,
+        query: impl Fn() -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
+        mut parse: impl FnMut(item::Item) -> Result<T, StoreError>,
+    ) -> Result<Vec<T>, StoreError> {
+        let mut parsed = Vec::new();
+        let mut start = None;
+        loop {
+            let out = query()
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| StoreError::backend("Query", e))?;
+            for item in out.items.unwrap_or_default() {
+                parsed.push(parse(item)?);
+            }
+            start = out.last_evaluated_key;
+            if start.is_none() {
+                return Ok(parsed);
+            }
+        }
+    }
+
     /// One cheap consistent read proving the table answers.
     pub async fn ping(&self) -> Result<(), StoreError> {
         self.client

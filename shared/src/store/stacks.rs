@@ -304,31 +304,21 @@ impl Store {
     pub(super) async fn query_partition<T>(
         &self,
         pk: &str,
-        mut parse: impl FnMut(Item) -> Result<T, StoreError>,
+        parse: impl FnMut(Item) -> Result<T, StoreError>,
     ) -> Result<Vec<T>, StoreError> {
-        let mut parsed = Vec::new();
-        let mut start = None;
-        loop {
-            let out = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("#pk = :pk")
-                .expression_attribute_names("#pk", PK)
-                .expression_attribute_values(":pk", s(pk))
-                .consistent_read(self.consistent_read)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| StoreError::backend("Query", e))?;
-            for item in out.items.unwrap_or_default() {
-                parsed.push(parse(item)?);
-            }
-            start = out.last_evaluated_key;
-            if start.is_none() {
-                return Ok(parsed);
-            }
-        }
+        self.query_all(
+            || {
+                self.client
+                    .query()
+                    .table_name(&self.table)
+                    .key_condition_expression("#pk = :pk")
+                    .expression_attribute_names("#pk", PK)
+                    .expression_attribute_values(":pk", s(pk))
+                    .consistent_read(self.consistent_read)
+            },
+            parse,
+        )
+        .await
     }
 
     /// Writes back what the cluster showed; `ConditionFailed` if the record is gone.
