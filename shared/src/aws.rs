@@ -1,25 +1,19 @@
 //! AWS SDK configuration shared by both functions.
 
-use std::time::Duration;
-
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, SdkConfig};
 use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
 use aws_smithy_runtime_api::client::http::SharedHttpClient;
 
-/// Bounds every AWS call so that a request always answers before API Gateway's 29 s and a
-/// create well before the clients' 5 s.
-const OPERATION_TIMEOUT: Duration = Duration::from_secs(3);
-const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(1500);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+use crate::deadlines::{AWS_ATTEMPT_TIMEOUT, AWS_CONNECT_TIMEOUT, AWS_OPERATION_TIMEOUT};
 
 /// Region, credentials and endpoints from the environment (`AWS_ENDPOINT_URL_DYNAMODB`
 /// selects DynamoDB Local), with our timeouts.
 pub async fn load_sdk_config() -> SdkConfig {
     let timeouts = TimeoutConfig::builder()
-        .operation_timeout(OPERATION_TIMEOUT)
-        .operation_attempt_timeout(ATTEMPT_TIMEOUT)
-        .connect_timeout(CONNECT_TIMEOUT)
+        .operation_timeout(AWS_OPERATION_TIMEOUT)
+        .operation_attempt_timeout(AWS_ATTEMPT_TIMEOUT)
+        .connect_timeout(AWS_CONNECT_TIMEOUT)
         .build();
     aws_config::defaults(BehaviorVersion::latest())
         .http_client(https_client())

@@ -5,12 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-/// The longest a create may wait for the scheduler: the rest of the create's work budget is
-/// for the calls around the wait.
-const MAX_CREATE_WAIT: Duration = crate::stacks::CREATE_WORK_BUDGET.saturating_sub(Duration::from_millis(500));
-/// The longest a create may queue for a slot: at least a second of the work budget is left
-/// for the create itself.
-const MAX_CREATE_QUEUE_WAIT: Duration = crate::stacks::CREATE_WORK_BUDGET.saturating_sub(Duration::from_secs(1));
+use crate::deadlines::{CREATE_WORK_BUDGET, MAX_CREATE_QUEUE_WAIT, MAX_CREATE_WAIT};
 
 /// Default of `STACK_CHALLENGE_LABEL`.
 pub const DEFAULT_CHALLENGE_LABEL: &str = "challenge";
@@ -245,14 +240,14 @@ impl Config {
             problems.push(format!(
                 "STACK_CREATE_WAIT: must be at most {} ms (a create answers within {} ms)",
                 MAX_CREATE_WAIT.as_millis(),
-                crate::stacks::CREATE_WORK_BUDGET.as_millis()
+                CREATE_WORK_BUDGET.as_millis()
             ));
         }
         if self.create_queue_wait > MAX_CREATE_QUEUE_WAIT {
             problems.push(format!(
                 "STACK_CREATE_QUEUE_WAIT: must be at most {} ms (a create answers within {} ms)",
                 MAX_CREATE_QUEUE_WAIT.as_millis(),
-                crate::stacks::CREATE_WORK_BUDGET.as_millis()
+                CREATE_WORK_BUDGET.as_millis()
             ));
         }
         if self.namespace.len() > 63 || !is_dns_label(&self.namespace) {

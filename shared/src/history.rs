@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 
+use crate::lifecycle::RemovalReason;
 use crate::model::StackRecord;
-use crate::reconcile::{Action, RemovalReason, Summary};
+use crate::reconcile::{Action, Summary};
 use crate::stacks::StackError;
 
 /// How long snapshots and refusal counts are kept: a day of charts, plus an hour of slack.
@@ -97,6 +98,7 @@ fn removal_reason(reason: RemovalReason) -> &'static str {
         RemovalReason::NodeMissing => "node_missing",
         RemovalReason::Unschedulable => "unschedulable",
         RemovalReason::Terminated => "terminated",
+        RemovalReason::Deleted => "deleted",
     }
 }
 
@@ -151,8 +153,8 @@ pub fn minute_of(at: Timestamp) -> Timestamp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lifecycle::Removal;
     use crate::model::{StackId, StackStatus};
-    use crate::reconcile::Removal;
 
     fn record(created_at: Timestamp, status: StackStatus) -> StackRecord {
         let id = StackId::generate();

@@ -3,8 +3,10 @@
 pub mod aws;
 pub mod cluster;
 pub mod config;
+pub mod deadlines;
 pub mod eks;
 pub mod history;
+pub mod lifecycle;
 pub mod model;
 pub mod reconcile;
 pub mod stacks;

@@ -1,7 +1,7 @@
 //! Every request answers before API Gateway gives up (29 s) and before Lambda ends the
 //! invocation: a handler still running then is dropped and the client gets a JSON 503 instead
 //! of API Gateway's bare 504. Creates have a shorter deadline of their own (see
-//! `stack_core::stacks::CREATE_DEADLINE`).
+//! `stack_core::deadlines::CREATE_DEADLINE`).
 
 use std::time::{Duration, SystemTime};
 
@@ -11,12 +11,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use lambda_http::Context;
 
-use crate::error::ApiError;
+use stack_core::deadlines::{LAMBDA_MARGIN, REQUEST_DEADLINE};
 
-/// The longest any request runs: below API Gateway's 29 s integration timeout.
-pub const REQUEST_DEADLINE: Duration = Duration::from_secs(25);
-/// Kept free before the invocation's own deadline to send the answer.
-const LAMBDA_MARGIN: Duration = Duration::from_millis(500);
+use crate::error::ApiError;
 
 pub async fn enforce(request: Request, next: Next) -> Response {
     let invocation_deadline = request.extensions().get::<Context>().map(Context::deadline);

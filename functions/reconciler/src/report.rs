@@ -13,7 +13,6 @@ pub fn log(s: &Summary) {
         orphans = s.orphans,
         status_updates = s.status_updates,
         jobs = s.jobs,
-        in_flight = s.in_flight,
         failures = s.failures,
         remaining = s.remaining,
         duration_ms = s.duration_ms,

@@ -1,19 +1,17 @@
 //! The one place where the Kubernetes client is built.
 
-use std::time::Duration;
-
+use crate::deadlines::{KUBE_CONNECT_TIMEOUT, KUBE_READ_TIMEOUT, KUBE_WRITE_TIMEOUT};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use super::ClusterError;
 use crate::config::Config;
 use crate::eks::KubeTimeouts;
 
-/// Per-call limits: an API request must answer well before API Gateway's 29 s, a create
-/// before the clients' 5 s.
+/// Per-call limits, from [`crate::deadlines`].
 const TIMEOUTS: KubeTimeouts = KubeTimeouts {
-    connect: Duration::from_secs(2),
-    read: Duration::from_secs(5),
-    write: Duration::from_secs(5),
+    connect: KUBE_CONNECT_TIMEOUT,
+    read: KUBE_READ_TIMEOUT,
+    write: KUBE_WRITE_TIMEOUT,
 };
 
 /// Sets the production limits on a client configuration (also used by the test harness, so

@@ -15,6 +15,16 @@ pub enum Scheduling {
     Pending,
 }
 
+impl Scheduling {
+    /// The node the pod is bound to, if any.
+    pub fn node(&self) -> Option<&str> {
+        match self {
+            Scheduling::Scheduled(node) => Some(node),
+            Scheduling::Unschedulable(_) | Scheduling::Pending => None,
+        }
+    }
+}
+
 pub fn scheduling_of(pod: &Pod) -> Scheduling {
     if let Some(node) = pod
         .spec

@@ -7,10 +7,12 @@ use std::time::{Duration, Instant};
 use futures::stream::{self, StreamExt};
 use jiff::Timestamp;
 
-use super::plan::{Action, ObjectKind, Removal, RemovalReason};
+use super::plan::Action;
 use crate::cluster::ClusterError;
-use crate::model::{BatchDeleteJob, StackId, StackRecord};
-use crate::store::{ObservedState, StoreError};
+use crate::lifecycle::end::{RecordWrite, RemoveError, StackRemover};
+use crate::lifecycle::{RemovalReason, end_stack};
+use crate::model::{BatchDeleteJob, StackId};
+use crate::store::StoreError;
 
 /// Why one action failed; the next pass retries it.
 #[derive(Debug, thiserror::Error)]
@@ -23,12 +25,13 @@ pub enum ApplyError {
     Job(String),
 }
 
-/// Whether a status write-back found its record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RecordWrite {
-    Written,
-    /// The record was deleted meanwhile.
-    Gone,
+impl From<RemoveError> for ApplyError {
+    fn from(err: RemoveError) -> Self {
+        match err {
+            RemoveError::Store(err) => ApplyError::Store(err),
+            RemoveError::Cluster(err) => ApplyError::Cluster(err),
+        }
+    }
 }
 
 /// How far a resumed batch-delete job got.
@@ -41,19 +44,9 @@ pub enum JobRun {
     TakenOver,
 }
 
-/// The side effects a plan needs; the live implementation talks to DynamoDB and the
-/// apiserver, tests use an in-memory one.
-pub trait Effects: Sync {
-    /// Deletes one of our objects; already gone counts as success.
-    fn delete_object(&self, kind: ObjectKind, name: &str) -> impl Future<Output = Result<(), ApplyError>> + Send;
-    /// Deletes the record (and its idempotency key); already gone counts as success.
-    fn delete_record(&self, record: &StackRecord) -> impl Future<Output = Result<(), ApplyError>> + Send;
-    fn write_observed(
-        &self,
-        id: &StackId,
-        observed: &ObservedState,
-        now: Timestamp,
-    ) -> impl Future<Output = Result<RecordWrite, ApplyError>> + Send;
+/// The side effects a plan needs beyond removals; the live implementation is `Stacks`
+/// (DynamoDB and the apiserver), tests use an in-memory one.
+pub trait Effects: StackRemover {
     /// Frees an Idempotency-Key if it still belongs to `stack_id`.
     fn release_claim(&self, key: &str, stack_id: &StackId) -> impl Future<Output = Result<(), ApplyError>> + Send;
     fn advance_job(
@@ -154,7 +147,7 @@ pub async fn apply<E: Effects>(effects: &E, actions: Vec<Action>, limits: Limits
 
 async fn run<E: Effects>(effects: &E, action: Action, stop_at: Instant, now: Timestamp) -> Outcome {
     match action {
-        Action::Remove(removal) => match remove(effects, &removal, now).await {
+        Action::Remove(removal) => match end_stack(effects, &removal, now).await {
             Ok(()) => {
                 tracing::info!(stack_id = %removal.record.stack_id, reason = ?removal.reason, "stack removed");
                 Outcome::Done
@@ -166,7 +159,7 @@ async fn run<E: Effects>(effects: &E, action: Action, stop_at: Instant, now: Tim
                 tracing::info!(object = %name, ?kind, "orphan deleted");
                 Outcome::Done
             }
-            Err(err) if is_not_found(&err) => Outcome::Done,
+            Err(RemoveError::Cluster(ClusterError::NotFound)) => Outcome::Done,
             Err(err) => failed(&err, "delete orphan", &name),
         },
         Action::UpdateStatus { stack_id, observed } => match effects.write_observed(&stack_id, &observed, now).await {
@@ -196,38 +189,7 @@ async fn run<E: Effects>(effects: &E, action: Action, stop_at: Instant, now: Tim
     }
 }
 
-/// Service and pod first; the record only once both deletes succeeded, so that a failure
-/// leaves the record for the next pass to finish.
-async fn remove<E: Effects>(effects: &E, removal: &Removal, now: Timestamp) -> Result<(), ApplyError> {
-    if let Some(mark) = &removal.mark {
-        // `Gone` only means someone else removed the record; the objects may remain.
-        effects.write_observed(&removal.record.stack_id, mark, now).await?;
-    }
-    let delete = |kind, name: &Option<String>| {
-        let name = name.clone();
-        async move {
-            match name {
-                Some(name) => match effects.delete_object(kind, &name).await {
-                    Err(err) if is_not_found(&err) => Ok(()),
-                    other => other,
-                },
-                None => Ok(()),
-            }
-        }
-    };
-    let (service, pod) = futures::join!(
-        delete(ObjectKind::Service, &removal.service),
-        delete(ObjectKind::Pod, &removal.pod)
-    );
-    service.and(pod)?;
-    effects.delete_record(&removal.record).await
-}
-
-fn is_not_found(err: &ApplyError) -> bool {
-    matches!(err, ApplyError::Cluster(ClusterError::NotFound))
-}
-
-fn failed(err: &ApplyError, action: &'static str, subject: &str) -> Outcome {
+fn failed(err: &dyn std::error::Error, action: &'static str, subject: &str) -> Outcome {
     tracing::warn!(%subject, action, error = %err, "reconcile action failed");
     Outcome::Failed
 }
@@ -235,7 +197,9 @@ fn failed(err: &ApplyError, action: &'static str, subject: &str) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{JobStatus, StackStatus};
+    use crate::lifecycle::{ObjectKind, Removal};
+    use crate::model::{JobStatus, StackRecord, StackStatus};
+    use crate::store::ObservedState;
     use std::collections::HashSet;
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -254,16 +218,16 @@ mod tests {
     }
 
     impl Fake {
-        async fn call(&self, what: String) -> Result<(), ApplyError> {
+        async fn call(&self, what: String) -> Result<(), RemoveError> {
             let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
             self.max_in_flight.fetch_max(now, Ordering::SeqCst);
             tokio::time::sleep(self.delay).await;
             self.in_flight.fetch_sub(1, Ordering::SeqCst);
             self.calls.lock().unwrap().push(what.clone());
             if self.failing.contains(&what) {
-                Err(ApplyError::Cluster(ClusterError::Incomplete("boom")))
+                Err(RemoveError::Cluster(ClusterError::Incomplete("boom")))
             } else if self.not_found.contains(&what) {
-                Err(ApplyError::Cluster(ClusterError::NotFound))
+                Err(RemoveError::Cluster(ClusterError::NotFound))
             } else {
                 Ok(())
             }
@@ -274,11 +238,11 @@ mod tests {
         }
     }
 
-    impl Effects for Fake {
-        async fn delete_object(&self, kind: ObjectKind, name: &str) -> Result<(), ApplyError> {
+    impl StackRemover for Fake {
+        async fn delete_object(&self, kind: ObjectKind, name: &str) -> Result<(), RemoveError> {
             self.call(format!("{kind:?}/{name}")).await
         }
-        async fn delete_record(&self, record: &StackRecord) -> Result<(), ApplyError> {
+        async fn delete_record(&self, record: &StackRecord) -> Result<(), RemoveError> {
             self.call(format!("record/{}", record.stack_id)).await
         }
         async fn write_observed(
@@ -286,7 +250,7 @@ mod tests {
             id: &StackId,
             o: &ObservedState,
             _: Timestamp,
-        ) -> Result<RecordWrite, ApplyError> {
+        ) -> Result<RecordWrite, RemoveError> {
             self.call(format!("status/{id}={}", o.status)).await?;
             Ok(if self.gone_records.contains(id.as_str()) {
                 RecordWrite::Gone
@@ -294,8 +258,11 @@ mod tests {
                 RecordWrite::Written
             })
         }
+    }
+
+    impl Effects for Fake {
         async fn release_claim(&self, key: &str, _: &StackId) -> Result<(), ApplyError> {
-            self.call(format!("claim/{key}")).await
+            Ok(self.call(format!("claim/{key}")).await?)
         }
         async fn advance_job(&self, job: BatchDeleteJob, _: Duration) -> Result<JobRun, ApplyError> {
             self.call(format!("job/{}", job.job_id)).await?;

@@ -7,12 +7,9 @@ mod observe;
 mod pass;
 mod plan;
 mod summary;
-mod views;
 
-pub use apply::{ApplyError, Effects, JobRun, Limits, RecordWrite, Tally, apply};
-pub use live::LiveEffects;
+pub use apply::{ApplyError, Effects, JobRun, Limits, Tally, apply};
 pub use observe::{ObserveError, observe};
 pub use pass::{LEASE_NAME, PassError, Reconciler, plan_config, run_pass};
-pub use plan::{Action, ObjectKind, Plan, PlanConfig, Removal, RemovalReason, Snapshot, plan};
+pub use plan::{Action, Plan, PlanConfig, Snapshot, plan};
 pub use summary::{METRIC_NAMESPACE, Summary};
-pub use views::{NodeView, ObjectView, PodView, ServiceView};

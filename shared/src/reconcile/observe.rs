@@ -1,8 +1,8 @@
 //! Reading everything one pass needs with a constant number of (paginated) calls.
 
 use super::plan::Snapshot;
-use super::views::{NodeView, PodView, ServiceView};
 use crate::cluster::{Cluster, ClusterError};
+use crate::lifecycle::views::{NodeView, PodView, ServiceView};
 use crate::store::{Manifest, Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]

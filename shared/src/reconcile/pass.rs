@@ -6,26 +6,18 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 
 use super::apply::{Limits, apply};
-use super::live::LiveEffects;
 use super::observe::{ObserveError, observe};
 use super::plan::{PlanConfig, plan};
 use super::summary::Summary;
 use crate::config::Config;
+use crate::deadlines::{JOB_IDLE, LEASE_SLACK, RECONCILE_END_RESERVE as END_RESERVE};
 use crate::history::PassSnapshot;
+use crate::lifecycle::Rules;
 use crate::stacks::Stacks;
 use crate::store::StoreError;
 
 /// Name of the lease item (pk=`LEASE`) that keeps passes from overlapping.
 pub const LEASE_NAME: &str = "reconciler";
-/// Kept free at the end of the budget for actions already started (each AWS or apiserver call
-/// is bounded by a few seconds) and for releasing the lease.
-const END_RESERVE: Duration = Duration::from_secs(15);
-/// How long a stalled batch-delete job waits before the reconciler takes it over. The API
-/// saves progress every few seconds while it works on one.
-const JOB_IDLE: Duration = Duration::from_secs(30);
-/// The lease outlives the deadline a little so that a pass finishing late is still the owner
-/// when it releases.
-const LEASE_SLACK: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum PassError {
@@ -57,8 +49,7 @@ pub fn plan_config(config: &Config) -> PlanConfig {
     PlanConfig {
         namespace: config.namespace.clone(),
         orphan_grace: config.orphan_grace,
-        scheduling_timeout: config.scheduling_timeout,
-        reap_terminated: config.reap_terminated,
+        rules: Rules::of(config),
         job_idle: JOB_IDLE,
     }
 }
@@ -110,7 +101,7 @@ async fn reconcile(reconciler: &Reconciler, stop_at: Instant) -> Result<(Summary
         concurrency: reconciler.concurrency,
         stop_at,
     };
-    let tally = apply(&LiveEffects::new(stacks), plan.actions, limits, now).await;
+    let tally = apply(stacks, plan.actions, limits, now).await;
     let summary = Summary {
         lease_held: true,
         scanned: plan.scanned,
@@ -119,7 +110,6 @@ async fn reconcile(reconciler: &Reconciler, stop_at: Instant) -> Result<(Summary
         orphans: tally.orphans,
         status_updates: tally.status_updates,
         jobs: tally.jobs,
-        in_flight: plan.in_flight,
         failures: tally.failures,
         remaining: tally.remaining,
         duration_ms: 0,

@@ -1,13 +1,15 @@
-//! The reconciler's decisions: what one pass should do, given what it observed (pure).
+//! The reconciler's decisions: what one pass should do, given what it observed (pure). Whether
+//! a stack lives is [`crate::lifecycle::judge`]'s call; this adds what only a whole view of
+//! the namespace shows: orphans, dead creates' claims and stalled jobs.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 
-use super::views::{NodeView, ObjectView, PodView, ServiceView};
-use crate::cluster::Scheduling;
-use crate::model::{BatchDeleteJob, StackId, StackRecord, StackStatus};
+use crate::lifecycle::views::{NodeView, ObjectView, PodView, ServiceView};
+use crate::lifecycle::{ObjectKind, Observed, Removal, Rules, Verdict, judge, older_than};
+use crate::model::{BatchDeleteJob, StackId, StackRecord};
 use crate::store::{IdempotencyClaim, ObservedState};
 
 /// The settings the plan depends on.
@@ -15,13 +17,11 @@ use crate::store::{IdempotencyClaim, ObservedState};
 pub struct PlanConfig {
     /// `STACK_NAMESPACE`: only records and objects of this namespace are acted on.
     pub namespace: String,
-    /// `STACK_ORPHAN_GRACE`: how old an unclaimed object, or a `creating` record missing an
-    /// object, must be before it is treated as leaked rather than in flight.
+    /// `STACK_ORPHAN_GRACE`: how old an unclaimed object, or a claim without a record, must
+    /// be before it is treated as leaked rather than a create in flight.
     pub orphan_grace: Duration,
-    /// `STACK_SCHEDULING_TIMEOUT`: how long a pod may stay unscheduled, from its creation.
-    pub scheduling_timeout: Duration,
-    /// `STACK_REAP_TERMINATED`: end stacks whose pod succeeded or failed before their TTL.
-    pub reap_terminated: bool,
+    /// The lifecycle rule's settings.
+    pub rules: Rules,
     /// How long an unfinished batch-delete job must have made no progress before the
     /// reconciler takes it over from whoever started it.
     pub job_idle: Duration,
@@ -37,39 +37,6 @@ pub struct Snapshot {
     pub jobs: Vec<BatchDeleteJob>,
     /// Idempotency-Key claims, by key.
     pub claims: Vec<(String, IdempotencyClaim)>,
-}
-
-/// Why a stack is ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RemovalReason {
-    Expired,
-    PodMissing,
-    ServiceMissing,
-    NodeMissing,
-    /// Not scheduled within the scheduling timeout.
-    Unschedulable,
-    /// Pod succeeded or failed and `reap_terminated` is on.
-    Terminated,
-}
-
-/// Ends a stack: its remaining objects first, then its record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Removal {
-    pub record: StackRecord,
-    pub reason: RemovalReason,
-    /// Our pod, if it was observed (an object without our label is never deleted).
-    pub pod: Option<String>,
-    /// Our service, if it was observed.
-    pub service: Option<String>,
-    /// Written to the record before anything is deleted, so that clients see the terminal
-    /// status even if the removal fails half-way.
-    pub mark: Option<ObservedState>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ObjectKind {
-    Pod,
-    Service,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,19 +69,8 @@ pub struct Plan {
     pub actions: Vec<Action>,
     /// Records looked at.
     pub scanned: usize,
-    /// `creating` records missing an object but younger than the orphan grace.
-    pub in_flight: usize,
     /// Records of another namespace (the configuration changed): left alone.
     pub foreign: usize,
-}
-
-/// What the pass should do about one record.
-enum Verdict {
-    Keep,
-    InFlight,
-    Foreign,
-    Remove(RemovalReason, Option<ObservedState>),
-    Update(ObservedState),
 }
 
 /// Our objects of the stack namespace, by name.
@@ -159,22 +115,25 @@ pub fn plan(snapshot: Snapshot, now: Timestamp, config: &PlanConfig) -> Plan {
     for record in &snapshot.records {
         claimed_pods.insert(record.pod_id.as_str());
         claimed_services.insert(record.service_name.as_str());
-        match judge(record, &objects, now, config) {
+        if record.namespace != config.namespace {
+            result.foreign += 1;
+            continue;
+        }
+        let pod = objects.pods.get(record.pod_id.as_str()).copied();
+        let service = objects.services.get(record.service_name.as_str()).copied();
+        let node = pod.and_then(|p| objects.nodes.get(p.scheduling.node()?).copied());
+        let observed = Observed { pod, service, node };
+        match judge(record, observed, now, &config.rules) {
             Verdict::Keep => {}
-            Verdict::InFlight => result.in_flight += 1,
-            Verdict::Foreign => result.foreign += 1,
             Verdict::Update(observed) => updates.push(Action::UpdateStatus {
                 stack_id: record.stack_id.clone(),
                 observed,
             }),
-            Verdict::Remove(reason, mark) => removals.push(Action::Remove(Box::new(Removal {
+            Verdict::End { reason, mark } => removals.push(Action::Remove(Box::new(Removal {
                 record: record.clone(),
                 reason,
-                pod: objects.pods.get(record.pod_id.as_str()).map(|p| p.object.name.clone()),
-                service: objects
-                    .services
-                    .get(record.service_name.as_str())
-                    .map(|s| s.object.name.clone()),
+                pod: pod.map(|p| p.object.name.clone()),
+                service: service.map(|s| s.object.name.clone()),
                 mark,
             }))),
         }
@@ -223,92 +182,13 @@ pub fn plan(snapshot: Snapshot, now: Timestamp, config: &PlanConfig) -> Plan {
     result
 }
 
-fn judge(record: &StackRecord, objects: &Objects<'_>, now: Timestamp, config: &PlanConfig) -> Verdict {
-    if record.namespace != config.namespace {
-        return Verdict::Foreign;
-    }
-    if record.ttl_expires_at <= now {
-        return Verdict::Remove(RemovalReason::Expired, None);
-    }
-    // An object being deleted counts as gone.
-    let pod = objects
-        .pods
-        .get(record.pod_id.as_str())
-        .filter(|p| !p.object.terminating);
-    let service = objects
-        .services
-        .get(record.service_name.as_str())
-        .filter(|s| !s.object.terminating);
-    // The API creates the pod, then the service, then the record; a young `creating` record
-    // missing something may belong to a create still in progress.
-    let in_flight =
-        record.status == StackStatus::Creating && !older_than(Some(record.created_at), now, config.orphan_grace);
-    let Some(pod) = pod else {
-        return if in_flight {
-            Verdict::InFlight
-        } else {
-            Verdict::Remove(RemovalReason::PodMissing, None)
-        };
-    };
-    if service.is_none() {
-        return if in_flight {
-            Verdict::InFlight
-        } else {
-            Verdict::Remove(RemovalReason::ServiceMissing, None)
-        };
-    }
-    let (node_id, node_public_ip) = match &pod.scheduling {
-        Scheduling::Scheduled(node_name) => match objects.nodes.get(node_name.as_str()) {
-            Some(node) => (node_name.clone(), node.external_ip.clone()),
-            None if in_flight => return Verdict::InFlight,
-            None => {
-                let mark = (record.status != StackStatus::NodeDeleted).then(|| ObservedState {
-                    status: StackStatus::NodeDeleted,
-                    node_id: node_name.clone(),
-                    node_public_ip: record.node_public_ip.clone(),
-                });
-                return Verdict::Remove(RemovalReason::NodeMissing, mark);
-            }
-        },
-        Scheduling::Unschedulable(_) | Scheduling::Pending => {
-            let since = pod.object.created_at.unwrap_or(record.created_at);
-            if older_than(Some(since), now, config.scheduling_timeout) {
-                return Verdict::Remove(RemovalReason::Unschedulable, None);
-            }
-            (String::new(), None)
-        }
-    };
-    if config.reap_terminated && matches!(pod.status, StackStatus::Stopped | StackStatus::Failed) {
-        return Verdict::Remove(RemovalReason::Terminated, None);
-    }
-    // A pod that ran to its end keeps the status it showed last.
-    let status = if pod.status == StackStatus::Creating && record.status.is_terminal() {
-        record.status
-    } else {
-        pod.status
-    };
-    let observed = ObservedState {
-        status,
-        node_id,
-        node_public_ip,
-    };
-    if observed == ObservedState::of(record) {
-        Verdict::Keep
-    } else {
-        Verdict::Update(observed)
-    }
-}
-
-/// Strictly older than `age`; an unknown creation time is never old enough.
-fn older_than(created_at: Option<Timestamp>, now: Timestamp, age: Duration) -> bool {
-    let age = SignedDuration::try_from(age).unwrap_or(SignedDuration::MAX);
-    created_at.is_some_and(|created| now.duration_since(created) > age)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{JobStatus, PortMapping, Protocol};
+    use crate::cluster::Scheduling;
+    use crate::lifecycle::RemovalReason;
+    use crate::model::{JobStatus, PortMapping, Protocol, StackStatus};
+    use jiff::SignedDuration;
 
     const NS: &str = "stacks";
     const GRACE: Duration = Duration::from_secs(120);
@@ -318,10 +198,18 @@ mod tests {
         PlanConfig {
             namespace: NS.into(),
             orphan_grace: GRACE,
-            scheduling_timeout: SCHED,
-            reap_terminated: false,
+            rules: Rules {
+                scheduling_timeout: SCHED,
+                reap_terminated: false,
+            },
             job_idle: Duration::from_secs(30),
         }
+    }
+
+    fn reaping() -> PlanConfig {
+        let mut config = config();
+        config.rules.reap_terminated = true;
+        config
     }
 
     fn now() -> Timestamp {
@@ -439,7 +327,7 @@ mod tests {
     fn a_stack_in_sync_needs_nothing() {
         let p = run(healthy());
         assert_eq!(p.actions, vec![]);
-        assert_eq!((p.scanned, p.in_flight, p.foreign), (1, 0, 0));
+        assert_eq!((p.scanned, p.foreign), (1, 0));
     }
 
     #[test]
@@ -502,7 +390,7 @@ mod tests {
                 "unschedulable past the timeout",
                 |s| {
                     s.pods[0].scheduling = Scheduling::Unschedulable("0/3 nodes".into());
-                    s.pods[0].object.created_at = Some(ago(21));
+                    s.records[0].created_at = ago(21);
                 },
                 Some(RemovalReason::Unschedulable),
             ),
@@ -510,7 +398,7 @@ mod tests {
                 "unschedulable within the timeout",
                 |s| {
                     s.pods[0].scheduling = Scheduling::Unschedulable("0/3 nodes".into());
-                    s.pods[0].object.created_at = Some(ago(19));
+                    s.records[0].created_at = ago(19);
                 },
                 None,
             ),
@@ -518,23 +406,7 @@ mod tests {
                 "no scheduling decision past the timeout",
                 |s| {
                     s.pods[0].scheduling = Scheduling::Pending;
-                    s.pods[0].object.created_at = Some(ago(21));
-                },
-                Some(RemovalReason::Unschedulable),
-            ),
-            (
-                "unschedulable timed from the pod, not the older record",
-                |s| {
-                    s.pods[0].scheduling = Scheduling::Unschedulable("0/3 nodes".into());
-                    s.pods[0].object.created_at = Some(ago(10));
-                },
-                None,
-            ),
-            (
-                "unschedulable pod without creation time falls back to the record",
-                |s| {
-                    s.pods[0].scheduling = Scheduling::Unschedulable("0/3 nodes".into());
-                    s.pods[0].object.created_at = None;
+                    s.records[0].created_at = ago(21);
                 },
                 Some(RemovalReason::Unschedulable),
             ),
@@ -561,20 +433,14 @@ mod tests {
         for status in [StackStatus::Stopped, StackStatus::Failed] {
             let mut snapshot = healthy();
             snapshot.pods[0].status = status;
-            let reaping = PlanConfig {
-                reap_terminated: true,
-                ..config()
-            };
+            let reaping = reaping();
             assert_eq!(
                 reason(&plan(snapshot.clone(), now(), &reaping)),
                 Some(RemovalReason::Terminated)
             );
             assert_eq!(reason(&plan(snapshot, now(), &config())), None);
         }
-        let reaping = PlanConfig {
-            reap_terminated: true,
-            ..config()
-        };
+        let reaping = reaping();
         assert_eq!(
             plan(healthy(), now(), &reaping).actions,
             vec![],
@@ -583,7 +449,8 @@ mod tests {
     }
 
     #[test]
-    fn young_creating_records_missing_objects_are_left_alone() {
+    fn a_missing_object_ends_even_a_young_creating_stack() {
+        // The record is read before the objects and written after them: missing is gone.
         type Edit = fn(&mut Snapshot);
         let missing: Vec<(&str, Edit)> = vec![
             ("pod", |s| s.pods.clear()),
@@ -591,28 +458,11 @@ mod tests {
             ("node", |s| s.nodes.clear()),
         ];
         for (what, edit) in missing {
-            for (age, status, want_removed) in [
-                (60, StackStatus::Creating, false),
-                (120, StackStatus::Creating, false),
-                (121, StackStatus::Creating, true),
-                (60, StackStatus::Running, true),
-            ] {
-                let mut snapshot = healthy();
-                snapshot.records[0].created_at = ago(age);
-                snapshot.records[0].status = status;
-                edit(&mut snapshot);
-                let p = run(snapshot);
-                assert_eq!(
-                    removal(&p).is_some(),
-                    want_removed,
-                    "{what} missing, {status} record {age}s old"
-                );
-                assert_eq!(
-                    p.in_flight,
-                    usize::from(!want_removed),
-                    "{what} missing, {status} record {age}s old"
-                );
-            }
+            let mut snapshot = healthy();
+            snapshot.records[0].created_at = ago(1);
+            snapshot.records[0].status = StackStatus::Creating;
+            edit(&mut snapshot);
+            assert!(removal(&run(snapshot)).is_some(), "{what} missing");
         }
     }
 
@@ -691,7 +541,7 @@ mod tests {
                     s.records[0].node_public_ip = None;
                     s.pods[0].status = StackStatus::Creating;
                     s.pods[0].scheduling = Scheduling::Pending;
-                    s.pods[0].object.created_at = Some(ago(5));
+                    s.records[0].created_at = ago(5);
                 },
                 None,
             ),
@@ -814,15 +664,13 @@ mod tests {
 
     #[test]
     fn objects_claimed_by_a_record_are_never_orphans() {
-        // An in-flight create: pod made, service and record on their way; record already seen.
+        // An old pod whose record lost its service: removed with its stack, not as an orphan.
         let mut snapshot = healthy();
-        snapshot.records[0].status = StackStatus::Creating;
         snapshot.pods[0].object.created_at = Some(ago(1_000));
-        snapshot.records[0].created_at = ago(60);
         snapshot.services.clear();
         let p = run(snapshot);
-        assert_eq!(p.actions, vec![]);
-        assert_eq!(p.in_flight, 1);
+        assert_eq!(p.actions.len(), 1);
+        assert!(matches!(&p.actions[0], Action::Remove(r) if r.pod.is_some()));
 
         // A stack being removed is one action, its objects are not orphans besides.
         let mut snapshot = healthy();
@@ -915,7 +763,8 @@ mod tests {
         assert_eq!(kinds, ["remove", "orphan", "job", "update"]);
     }
 
-    /// Healthy, expired, drifted, in-flight, updated stacks and orphans, 1,000 of each.
+    /// Healthy, expired, drifted (pod missing, young and old), updated stacks and orphans,
+    /// 1,000 of each.
     fn large_snapshot(per_kind: u64) -> Snapshot {
         let mut s = Snapshot {
             nodes: (0..50).map(|i| node(&format!("n{i}"), "203.0.113.1")).collect(),
@@ -971,11 +820,10 @@ mod tests {
         );
         assert_eq!(
             count(|a| matches!(a, Action::Remove(r) if r.reason == RemovalReason::PodMissing)),
-            1_000
+            2_000
         );
         assert_eq!(count(|a| matches!(a, Action::UpdateStatus { .. })), 1_000);
         assert_eq!(count(|a| matches!(a, Action::DeleteOrphan { .. })), 1_000);
-        assert_eq!(p.in_flight, 1_000);
     }
 
     trait Tap: Sized {

@@ -27,8 +27,6 @@ pub struct Summary {
     pub status_updates: usize,
     /// Batch-delete jobs carried to completion.
     pub jobs: usize,
-    /// Young `creating` records missing an object, left to their create.
-    pub in_flight: usize,
     pub failures: usize,
     pub remaining: usize,
     pub duration_ms: u64,
@@ -45,7 +43,7 @@ impl Summary {
     }
 
     /// `(metric name, value, unit)` in a fixed order.
-    fn metrics(&self) -> [(&'static str, u64, &'static str); 11] {
+    fn metrics(&self) -> [(&'static str, u64, &'static str); 10] {
         let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
         [
             ("Scanned", count(self.scanned), "Count"),
@@ -54,7 +52,6 @@ impl Summary {
             ("Orphans", count(self.orphans), "Count"),
             ("StatusUpdates", count(self.status_updates), "Count"),
             ("Jobs", count(self.jobs), "Count"),
-            ("InFlight", count(self.in_flight), "Count"),
             ("Failures", count(self.failures), "Count"),
             ("Remaining", count(self.remaining), "Count"),
             ("Skipped", u64::from(!self.lease_held), "Count"),
@@ -103,7 +100,6 @@ mod tests {
             orphans: 1,
             status_updates: 7,
             jobs: 1,
-            in_flight: 0,
             failures: 4,
             remaining: 5,
             duration_ms: 1234,

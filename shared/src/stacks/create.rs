@@ -18,31 +18,21 @@
 //! nothing survives a failed request.
 //!
 //! Clients give up after 5 s and never retry, so a create has a deadline of its own: steps 1-5
-//! get [`CREATE_WORK_BUDGET`], and a create still running then is abandoned: its objects,
+//! get [`CREATE_WORK_BUDGET`](crate::deadlines::CREATE_WORK_BUDGET), and a create still running then is abandoned: its objects,
 //! record and key are removed within [`CREATE_CLEANUP_BUDGET`] and the answer is a 503. Every
-//! create answers within [`CREATE_DEADLINE`], however slow the cluster or DynamoDB.
+//! create answers within [`CREATE_DEADLINE`](crate::deadlines::CREATE_DEADLINE), however slow the cluster or DynamoDB.
 
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use jiff::Timestamp;
 
 use super::{StackError, Stacks, signed};
 use crate::cluster::{Scheduling, node_external_ip};
+use crate::deadlines::{ABANDONED_CLAIM_AGE, CREATE_CLEANUP_BUDGET, CREATE_WORK_BUDGET};
 use crate::model::{StackId, StackRecord, StackStatus, TargetPort};
 use crate::store::{IdempotencyClaim, Manifest, StoreError, StoredManifest};
 use crate::validate::{self, HardenedPod};
-
-/// A claim this old without a stack record belongs to a create that died.
-const ABANDONED_CLAIM_AGE: Duration = Duration::from_secs(30);
-
-/// How long a create may work before it is abandoned (the contract's 3 s answer).
-pub const CREATE_WORK_BUDGET: Duration = Duration::from_millis(3000);
-/// How long an abandoned create may spend removing what it made; the reconciler removes
-/// whatever is still left after that.
-pub const CREATE_CLEANUP_BUDGET: Duration = Duration::from_millis(1000);
-/// The longest a create takes to answer, success or not: within the clients' 5 s.
-pub const CREATE_DEADLINE: Duration = CREATE_WORK_BUDGET.saturating_add(CREATE_CLEANUP_BUDGET);
 
 pub struct CreateRequest {
     pub manifest: String,

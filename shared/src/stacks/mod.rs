@@ -2,7 +2,6 @@
 //! delete. Handlers map these to HTTP; the reconciler shares the removal path.
 
 mod admission;
-mod assess;
 mod batch;
 mod capacity;
 mod create;
@@ -12,16 +11,17 @@ use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
 
-pub use assess::{Assessment, GoneReason, StackObjects, assess};
 pub use batch::JobProgress;
 pub use capacity::{Capacity, NodeCapacity, PortCapacity};
-pub use create::{CREATE_DEADLINE, CREATE_WORK_BUDGET, CreateOutcome, CreateRequest};
+pub use create::{CreateOutcome, CreateRequest};
 pub use read::{ListPage, Stats};
 
 use crate::cluster::{self, Cluster, ClusterError, NamespacePolicy};
 use crate::config::{Config, ConfigError};
+use crate::lifecycle::end::{ObjectKind, RecordWrite, RemoveError, StackRemover};
+use crate::lifecycle::{Removal, RemovalReason, end_stack};
 use crate::model::{StackId, StackRecord};
-use crate::store::{Manifest, Store, StoreError, UnstorableManifest};
+use crate::store::{Manifest, ObservedState, Store, StoreError, UnstorableManifest};
 use crate::validate::ValidationPolicy;
 
 /// Start-up failures.
@@ -102,6 +102,15 @@ impl From<StoreError> for StackError {
 impl From<UnstorableManifest> for StackError {
     fn from(why: UnstorableManifest) -> Self {
         StackError::Invalid(format!("invalid pod spec: {why}"))
+    }
+}
+
+impl From<RemoveError> for StackError {
+    fn from(err: RemoveError) -> Self {
+        match err {
+            RemoveError::Store(err) => err.into(),
+            RemoveError::Cluster(err) => err.into(),
+        }
     }
 }
 
@@ -206,13 +215,10 @@ impl Stacks {
         }
     }
 
-    /// Removes a stack: its cluster objects first, the record only once they are gone, so a
-    /// failure leaves the record for the reconciler to finish.
-    pub async fn remove(&self, record: &StackRecord) -> Result<(), StackError> {
-        self.cluster.delete_stack_objects(&record.stack_id).await?;
-        self.cluster.release_node_ports(&record.ports);
-        self.store.delete_stack(record).await?;
-        Ok(())
+    /// Ends a stack through the one removal path, [`end_stack`]: a failure leaves the record
+    /// for the reconciler to finish.
+    pub async fn remove(&self, removal: &Removal) -> Result<(), StackError> {
+        Ok(end_stack(self, removal, Timestamp::now()).await?)
     }
 
     pub async fn delete(&self, id: &StackId) -> Result<(), StackError> {
@@ -221,7 +227,36 @@ impl Stacks {
             .get_stack(id, Manifest::Omit)
             .await?
             .ok_or(StackError::NotFound)?;
-        self.remove(&record).await
+        self.remove(&Removal::of(record, RemovalReason::Deleted, None)).await
+    }
+}
+
+/// The removal path's writes, live.
+impl StackRemover for Stacks {
+    async fn delete_object(&self, kind: ObjectKind, name: &str) -> Result<(), RemoveError> {
+        match kind {
+            ObjectKind::Pod => self.cluster.delete_pod(name).await?,
+            ObjectKind::Service => self.cluster.delete_service(name).await?,
+        }
+        Ok(())
+    }
+
+    async fn delete_record(&self, record: &StackRecord) -> Result<(), RemoveError> {
+        self.cluster.release_node_ports(&record.ports);
+        Ok(self.store.delete_stack(record).await?)
+    }
+
+    async fn write_observed(
+        &self,
+        id: &StackId,
+        observed: &ObservedState,
+        now: Timestamp,
+    ) -> Result<RecordWrite, RemoveError> {
+        match self.store.update_observed(id, observed, now).await {
+            Ok(()) => Ok(RecordWrite::Written),
+            Err(StoreError::ConditionFailed) => Ok(RecordWrite::Gone),
+            Err(err) => Err(err.into()),
+        }
     }
 }
 

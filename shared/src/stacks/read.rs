@@ -1,17 +1,19 @@
 //! Reads, refreshed from the cluster. A read writes to DynamoDB only when something changed,
 //! and removes stacks that turned out to be gone (they then answer 404).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use futures::stream::{self, StreamExt};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use serde::Serialize;
 
 use super::capacity::Capacity;
-use super::{Assessment, StackError, StackObjects, Stacks, assess};
+use super::{StackError, Stacks};
+use crate::lifecycle::views::{NodeView, PodView, ServiceView};
+use crate::lifecycle::{Observed, Removal, Rules, Verdict, judge};
 use crate::model::{STACK_ID_LABEL, StackId, StackRecord};
-use crate::store::{ListCursor, Manifest, ObservedState, StoreError};
+use crate::store::{ListCursor, Manifest, StoreError};
 
 /// How many gone stacks a list removes at once.
 const REMOVAL_CONCURRENCY: usize = 8;
@@ -82,9 +84,11 @@ impl Stacks {
             Some(name) => self.cluster.get_node(&name).await?,
             None => None,
         };
-        let objects = StackObjects {
+        let (pod, service) = (pod.as_ref().map(PodView::of), service.as_ref().map(ServiceView::of));
+        let node = node.as_ref().and_then(NodeView::of);
+        let objects = Observed {
             pod: pod.as_ref(),
-            service_exists: service.is_some(),
+            service: service.as_ref(),
             node: node.as_ref(),
         };
         self.settle(record, objects, Timestamp::now())
@@ -147,25 +151,27 @@ impl Stacks {
             async { self.cluster.list_stack_services().await.map_err(StackError::from) },
             async { self.cluster.list_nodes().await.map_err(StackError::from) },
         )?;
-        let pods: HashMap<&str, &Pod> = pods
+        let pods: HashMap<&str, PodView> = pods
             .iter()
-            .filter_map(|p| Some((stack_label(&p.metadata)?, p)))
+            .filter_map(|p| Some((stack_label(&p.metadata)?, PodView::of(p))))
             .collect();
-        let services: HashSet<&str> = services.iter().filter_map(|s| stack_label(&s.metadata)).collect();
-        let by_name: HashMap<&str, &Node> = nodes
+        let services: HashMap<&str, ServiceView> = services
             .iter()
-            .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
+            .filter_map(|s| Some((stack_label(&s.metadata)?, ServiceView::of(s))))
+            .collect();
+        let by_name: HashMap<String, NodeView> = nodes
+            .iter()
+            .filter_map(NodeView::of)
+            .map(|n| (n.name.clone(), n))
             .collect();
         let now = Timestamp::now();
         let settled: Vec<Result<Option<StackRecord>, StackError>> = stream::iter(records)
             .map(|record| {
-                let pod = pods.get(record.stack_id.as_str()).copied();
-                let node = pod
-                    .and_then(|p| p.spec.as_ref()?.node_name.as_deref())
-                    .and_then(|n| by_name.get(n).copied());
-                let objects = StackObjects {
+                let pod = pods.get(record.stack_id.as_str());
+                let node = pod.and_then(|p| by_name.get(p.scheduling.node()?));
+                let objects = Observed {
                     pod,
-                    service_exists: services.contains(record.stack_id.as_str()),
+                    service: services.get(record.stack_id.as_str()),
                     node,
                 };
                 self.settle(record, objects, now)
@@ -199,17 +205,17 @@ impl Stacks {
     async fn settle(
         &self,
         mut record: StackRecord,
-        objects: StackObjects<'_>,
+        objects: Observed<'_>,
         now: Timestamp,
     ) -> Result<Option<StackRecord>, StackError> {
-        match assess(&record, objects, now, self.config.scheduling_timeout) {
-            Assessment::Gone(reason) => {
+        match judge(&record, objects, now, &Rules::of(&self.config)) {
+            Verdict::End { reason, mark } => {
                 tracing::info!(stack_id = %record.stack_id, ?reason, "stack is gone, removing its remains");
-                self.remove(&record).await?;
+                self.remove(&Removal::of(record, reason, mark)).await?;
                 Ok(None)
             }
-            Assessment::Alive(observed) if observed == ObservedState::of(&record) => Ok(Some(record)),
-            Assessment::Alive(observed) => match self.store.update_observed(&record.stack_id, &observed, now).await {
+            Verdict::Keep => Ok(Some(record)),
+            Verdict::Update(observed) => match self.store.update_observed(&record.stack_id, &observed, now).await {
                 Ok(()) => {
                     record.status = observed.status;
                     record.node_id = observed.node_id;

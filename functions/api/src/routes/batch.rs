@@ -1,4 +1,4 @@
-use std::time::Duration;
+use stack_core::deadlines::BATCH_JOB_BUDGET;
 
 use axum::Json;
 use axum::body::Bytes;
@@ -11,9 +11,6 @@ use stack_core::model::{BatchDeleteJob, JobError, JobStatus};
 
 use crate::error::ApiError;
 use crate::state::AppState;
-
-/// How long a spawned job runs before leaving the rest to the next runner (the reconciler).
-const JOB_BUDGET: Duration = Duration::from_secs(60);
 
 /// Accepts `{"stack_ids": [...]}`, stores a durable job and starts it in the background.
 #[utoipa::path(
@@ -47,7 +44,7 @@ pub async fn start(State(state): State<AppState>, body: Bytes) -> Result<Respons
     let job_id = job.job_id.clone();
     let stacks = state.stacks.clone();
     tokio::spawn(async move {
-        if let Err(err) = stacks.advance_job(job, JOB_BUDGET).await {
+        if let Err(err) = stacks.advance_job(job, BATCH_JOB_BUDGET).await {
             tracing::warn!(error = %err, "batch delete paused; the reconciler will finish it");
         }
     });

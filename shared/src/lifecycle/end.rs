@@ -1,0 +1,103 @@
+//! Ending a stack: the one removal path of API deletes, API reads that find a stack gone,
+//! batch deletes and the reconciler.
+
+use std::future::Future;
+
+use jiff::Timestamp;
+
+use super::RemovalReason;
+use crate::cluster::ClusterError;
+use crate::model::{StackId, StackRecord};
+use crate::store::{ObservedState, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RemoveError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ObjectKind {
+    Pod,
+    Service,
+}
+
+/// Whether a status write-back found its record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordWrite {
+    Written,
+    /// The record was deleted meanwhile.
+    Gone,
+}
+
+/// The writes a removal needs; the live implementation is `Stacks` (DynamoDB and the
+/// apiserver), tests use an in-memory one.
+pub trait StackRemover: Sync {
+    /// Deletes one of our objects; already gone counts as success.
+    fn delete_object(&self, kind: ObjectKind, name: &str) -> impl Future<Output = Result<(), RemoveError>> + Send;
+    /// Deletes the record (and its idempotency key); already gone counts as success.
+    fn delete_record(&self, record: &StackRecord) -> impl Future<Output = Result<(), RemoveError>> + Send;
+    fn write_observed(
+        &self,
+        id: &StackId,
+        observed: &ObservedState,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<RecordWrite, RemoveError>> + Send;
+}
+
+/// Ends a stack: its remaining objects first, then its record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Removal {
+    pub record: StackRecord,
+    pub reason: RemovalReason,
+    /// Our pod, if it is to be deleted (the reconciler names only objects it observed with
+    /// our label; an object without it is never deleted).
+    pub pod: Option<String>,
+    /// Our service, likewise.
+    pub service: Option<String>,
+    /// Written to the record before anything is deleted, so that clients see the terminal
+    /// status even if the removal fails half-way.
+    pub mark: Option<ObservedState>,
+}
+
+impl Removal {
+    /// Removes the record's pod and service by name.
+    pub fn of(record: StackRecord, reason: RemovalReason, mark: Option<ObservedState>) -> Self {
+        Self {
+            pod: Some(record.pod_id.clone()),
+            service: Some(record.service_name.clone()),
+            record,
+            reason,
+            mark,
+        }
+    }
+}
+
+/// Service and pod first; the record only once both deletes succeeded, so that a failure
+/// leaves the record for the next attempt (or pass) to finish.
+pub async fn end_stack<R: StackRemover>(remover: &R, removal: &Removal, now: Timestamp) -> Result<(), RemoveError> {
+    if let Some(mark) = &removal.mark {
+        // `Gone` only means someone else removed the record; the objects may remain.
+        remover.write_observed(&removal.record.stack_id, mark, now).await?;
+    }
+    let delete = |kind, name: &Option<String>| {
+        let name = name.clone();
+        async move {
+            match name {
+                Some(name) => match remover.delete_object(kind, &name).await {
+                    Err(RemoveError::Cluster(ClusterError::NotFound)) => Ok(()),
+                    other => other,
+                },
+                None => Ok(()),
+            }
+        }
+    };
+    let (service, pod) = futures::join!(
+        delete(ObjectKind::Service, &removal.service),
+        delete(ObjectKind::Pod, &removal.pod)
+    );
+    service.and(pod)?;
+    remover.delete_record(&removal.record).await
+}
