@@ -1,7 +1,7 @@
 //! One reconcile pass: lease, observe, plan, apply, release.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use jiff::Timestamp;
 
@@ -138,6 +138,7 @@ fn millis_since(started: Instant) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn work_stops_a_reserve_before_the_deadline() {
