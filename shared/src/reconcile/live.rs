@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
-use super::apply::{ApplyError, Effects, JobRun, RecordWrite};
+use super::apply::{ApplyError, Effects, RecordWrite};
 use super::plan::ObjectKind;
 use crate::model::{BatchDeleteJob, StackId, StackRecord};
 use crate::stacks::{JobProgress, Stacks};
@@ -51,12 +51,10 @@ impl Effects for LiveEffects<'_> {
         Ok(self.stacks.store().release_idempotency_key(key, stack_id).await?)
     }
 
-    async fn advance_job(&self, job: BatchDeleteJob, budget: Duration) -> Result<JobRun, ApplyError> {
-        match self.stacks.advance_job(job, budget).await {
-            Ok(JobProgress::Finished) => Ok(JobRun::Finished),
-            Ok(JobProgress::Paused) => Ok(JobRun::Paused),
-            Ok(JobProgress::TakenOver) => Ok(JobRun::TakenOver),
-            Err(err) => Err(ApplyError::Job(err.to_string())),
-        }
+    async fn advance_job(&self, job: BatchDeleteJob, budget: Duration) -> Result<JobProgress, ApplyError> {
+        self.stacks
+            .advance_job(job, budget)
+            .await
+            .map_err(|err| ApplyError::Job(err.to_string()))
     }
 }

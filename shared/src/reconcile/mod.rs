@@ -9,7 +9,7 @@ mod plan;
 mod summary;
 mod views;
 
-pub use apply::{ApplyError, Effects, JobRun, Limits, RecordWrite, Tally, apply};
+pub use apply::{ApplyError, Effects, Limits, RecordWrite, Tally, apply};
 pub use live::LiveEffects;
 pub use observe::{ObserveError, observe};
 pub use pass::{LEASE_NAME, PassError, Reconciler, plan_config, run_pass};
