@@ -40,7 +40,7 @@ const ABANDONED_CLAIM_AGE: Duration = Duration::from_secs(30);
 pub const CREATE_WORK_BUDGET: Duration = Duration::from_millis(3000);
 /// How long an abandoned create may spend removing what it made; the reconciler removes
 /// whatever is still left after that.
-pub const CREATE_CLEANUP_BUDGET: Duration = Duration::from_millis(1000);
+pub(super) const CREATE_CLEANUP_BUDGET: Duration = Duration::from_millis(1000);
 /// The longest a create takes to answer, success or not: within the clients' 5 s.
 pub const CREATE_DEADLINE: Duration = CREATE_WORK_BUDGET.saturating_add(CREATE_CLEANUP_BUDGET);
 
