@@ -154,27 +154,13 @@ pub fn minute_of(at: Timestamp) -> Timestamp {
 mod tests {
     use super::*;
     use crate::lifecycle::Removal;
-    use crate::model::{StackId, StackStatus};
+    use crate::model::StackStatus;
 
     fn record(created_at: Timestamp, status: StackStatus) -> StackRecord {
-        let id = StackId::generate();
-        StackRecord {
-            pod_id: id.pod_name(),
-            service_name: id.service_name(),
-            stack_id: id,
-            namespace: "stacks".into(),
-            node_id: String::new(),
-            node_public_ip: None,
-            pod_spec: String::new(),
-            ports: Vec::new(),
-            status,
-            ttl_expires_at: created_at,
-            created_at,
-            updated_at: created_at,
-            requested_cpu_milli: 0,
-            requested_memory_bytes: 0,
-            idempotency_key: None,
-        }
+        StackRecord::test()
+            .created_at(created_at)
+            .ttl_expires_at(created_at)
+            .status(status)
     }
 
     #[test]

@@ -12,4 +12,6 @@ pub mod reconcile;
 pub mod stacks;
 pub mod store;
 pub mod telemetry;
+#[cfg(any(test, feature = "test-fixtures"))]
+mod test_fixture;
 pub mod validate;

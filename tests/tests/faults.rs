@@ -4,7 +4,8 @@
 //! `Retry-After`, never a 500.
 //!
 //! Tests that stop a process of the shared environment take [`OUTAGE`] so that no other test
-//! of this binary runs meanwhile (cargo runs test binaries one after another).
+//! of this binary runs meanwhile; a binary of its own (not a module of `it/`) so that no other
+//! area's tests run meanwhile either (cargo runs test binaries one after another).
 
 use std::collections::HashSet;
 use std::time::Duration;

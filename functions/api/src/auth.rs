@@ -41,15 +41,6 @@ fn query_api_key(query: Option<&str>) -> Option<String> {
         .filter(|v| !v.trim().is_empty())
 }
 
-/// Removes `api_key` from a query string so that it can be logged.
-pub fn redact_query(query: &str) -> String {
-    query
-        .split('&')
-        .filter(|pair| !pair.starts_with("api_key=") && *pair != "api_key")
-        .collect::<Vec<_>>()
-        .join("&")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -59,10 +50,5 @@ mod tests {
         assert_eq!(query_api_key(Some("a=1&api_key=s%20ecret")), Some("s ecret".into()));
         assert_eq!(query_api_key(Some("api_key=")), None);
         assert_eq!(query_api_key(None), None);
-    }
-
-    #[test]
-    fn redaction_drops_the_key() {
-        assert_eq!(redact_query("a=1&api_key=secret&b=2"), "a=1&b=2");
     }
 }

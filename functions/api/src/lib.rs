@@ -3,7 +3,6 @@
 pub mod auth;
 pub mod deadline;
 pub mod error;
-pub mod lambda;
 pub mod openapi;
 pub mod refusals;
 pub mod request_log;

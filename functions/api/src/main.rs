@@ -1,7 +1,10 @@
 use std::process::ExitCode;
 
-use stack_api::{AppState, lambda, router};
+use stack_api::{AppState, router};
 use stack_core::config::Config;
+
+/// lambda_http's switch for REST API events: the path is the event's own, without the stage.
+const IGNORE_STAGE_IN_PATH: &str = "AWS_LAMBDA_HTTP_IGNORE_STAGE_IN_PATH";
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -14,6 +17,12 @@ async fn main() -> ExitCode {
         }
     };
     let in_lambda = std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some();
+    // Routes are stage-agnostic; lambda_http puts the API Gateway stage in front of the path
+    // unless this is set (template.yaml sets it), and then every route would answer 404.
+    if in_lambda && std::env::var_os(IGNORE_STAGE_IN_PATH).is_none() {
+        tracing::error!(variable = IGNORE_STAGE_IN_PATH, "refusing to start: not set");
+        return ExitCode::FAILURE;
+    }
     let listen_addr = config.listen_addr;
     let state = match AppState::from_config(config).await {
         Ok(state) => state,
@@ -24,7 +33,7 @@ async fn main() -> ExitCode {
     };
     let app = router(state);
     let served = if in_lambda {
-        lambda::run(app).await.map_err(|e| e.to_string())
+        lambda_http::run(app).await.map_err(|e| e.to_string())
     } else {
         serve_locally(app, listen_addr).await.map_err(|e| e.to_string())
     };

@@ -24,15 +24,11 @@ pub fn summary_line(s: &Summary) -> String {
     serde_json::to_string(s).unwrap_or_default()
 }
 
-pub fn emf_line(s: &Summary, at: Timestamp) -> String {
-    s.emf(at).to_string()
-}
-
 /// Writes the EMF document as one stdout line: in Lambda, stdout goes to CloudWatch Logs,
 /// which extracts the metrics.
 pub fn emit_emf(s: &Summary, at: Timestamp) {
     use std::io::Write;
-    let mut line = emf_line(s, at);
+    let mut line = s.emf(at).to_string();
     line.push('\n');
     if let Err(err) = std::io::stdout().lock().write_all(line.as_bytes()) {
         tracing::warn!(error = %err, "could not write the metrics line");

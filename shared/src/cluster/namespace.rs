@@ -18,7 +18,7 @@ use tokio::sync::OnceCell;
 use super::ClusterError;
 use crate::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
-pub const EGRESS_POLICY_NAME: &str = "stack-provisioner-egress-guard";
+pub(super) const EGRESS_POLICY_NAME: &str = "stack-provisioner-egress-guard";
 const FIELD_MANAGER: &str = "stack-provisioner";
 /// A found ingress policy is trusted this long before we look again.
 const INGRESS_CHECK_TTL: Duration = Duration::from_secs(60);

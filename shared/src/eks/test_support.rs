@@ -9,7 +9,7 @@ use aws_credential_types::provider::{ProvideCredentials, error::CredentialsError
 
 /// Hands out numbered credentials (or fails while `fail` is set) and counts how often it was asked.
 #[derive(Debug, Clone, Default)]
-pub struct CountingProvider {
+pub(super) struct CountingProvider {
     pub calls: Arc<AtomicUsize>,
     pub fail: Arc<AtomicBool>,
     pub expiry: Option<SystemTime>,

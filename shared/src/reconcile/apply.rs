@@ -12,6 +12,7 @@ use crate::cluster::ClusterError;
 use crate::lifecycle::end::{RecordWrite, RemoveError, StackRemover};
 use crate::lifecycle::{RemovalReason, end_stack};
 use crate::model::{BatchDeleteJob, StackId};
+use crate::stacks::JobProgress;
 use crate::store::StoreError;
 
 /// Why one action failed; the next pass retries it.
@@ -34,16 +35,6 @@ impl From<RemoveError> for ApplyError {
     }
 }
 
-/// How far a resumed batch-delete job got.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JobRun {
-    Finished,
-    /// Out of time; the job stays for the next pass.
-    Paused,
-    /// Someone else saved progress meanwhile and carries on.
-    TakenOver,
-}
-
 /// The side effects a plan needs beyond removals; the live implementation is `Stacks`
 /// (DynamoDB and the apiserver), tests use an in-memory one.
 pub trait Effects: StackRemover {
@@ -53,7 +44,7 @@ pub trait Effects: StackRemover {
         &self,
         job: BatchDeleteJob,
         budget: Duration,
-    ) -> impl Future<Output = Result<JobRun, ApplyError>> + Send;
+    ) -> impl Future<Output = Result<JobProgress, ApplyError>> + Send;
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -180,9 +171,9 @@ async fn run<E: Effects>(effects: &E, action: Action, stop_at: Instant, now: Tim
                 .advance_job(job, stop_at.saturating_duration_since(Instant::now()))
                 .await
             {
-                Ok(JobRun::Finished) => Outcome::Done,
-                Ok(JobRun::Paused) => Outcome::NotStarted,
-                Ok(JobRun::TakenOver) => Outcome::Moot,
+                Ok(JobProgress::Finished) => Outcome::Done,
+                Ok(JobProgress::Paused) => Outcome::NotStarted,
+                Ok(JobProgress::TakenOver) => Outcome::Moot,
                 Err(err) => failed(&err, "resume batch delete", &job_id),
             }
         }
@@ -211,7 +202,7 @@ mod tests {
         failing: HashSet<String>,
         not_found: HashSet<String>,
         gone_records: HashSet<String>,
-        job_run: Option<JobRun>,
+        job_run: Option<JobProgress>,
         delay: Duration,
         in_flight: AtomicUsize,
         max_in_flight: AtomicUsize,
@@ -264,9 +255,9 @@ mod tests {
         async fn release_claim(&self, key: &str, _: &StackId) -> Result<(), ApplyError> {
             Ok(self.call(format!("claim/{key}")).await?)
         }
-        async fn advance_job(&self, job: BatchDeleteJob, _: Duration) -> Result<JobRun, ApplyError> {
+        async fn advance_job(&self, job: BatchDeleteJob, _: Duration) -> Result<JobProgress, ApplyError> {
             self.call(format!("job/{}", job.job_id)).await?;
-            Ok(self.job_run.unwrap_or(JobRun::Finished))
+            Ok(self.job_run.unwrap_or(JobProgress::Finished))
         }
     }
 
@@ -275,24 +266,7 @@ mod tests {
     }
 
     fn record(n: u64) -> StackRecord {
-        let id = id(n);
-        StackRecord {
-            pod_id: id.pod_name(),
-            service_name: id.service_name(),
-            stack_id: id,
-            namespace: "stacks".into(),
-            node_id: "n1".into(),
-            node_public_ip: None,
-            pod_spec: String::new(),
-            ports: vec![],
-            status: StackStatus::Running,
-            ttl_expires_at: Timestamp::UNIX_EPOCH,
-            created_at: Timestamp::UNIX_EPOCH,
-            updated_at: Timestamp::UNIX_EPOCH,
-            requested_cpu_milli: 0,
-            requested_memory_bytes: 0,
-            idempotency_key: None,
-        }
+        StackRecord::test().id(id(n)).node("n1")
     }
 
     fn removal(n: u64, reason: RemovalReason) -> Action {
@@ -459,7 +433,7 @@ mod tests {
     #[tokio::test]
     async fn paused_jobs_are_left_for_the_next_pass_and_taken_over_ones_are_not_counted() {
         let paused = Fake {
-            job_run: Some(JobRun::Paused),
+            job_run: Some(JobProgress::Paused),
             ..Fake::default()
         };
         assert_eq!(
@@ -470,7 +444,7 @@ mod tests {
             }
         );
         let taken = Fake {
-            job_run: Some(JobRun::TakenOver),
+            job_run: Some(JobProgress::TakenOver),
             ..Fake::default()
         };
         assert_eq!(go(&taken, vec![job()], limits(1)).await, Tally::default());

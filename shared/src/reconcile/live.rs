@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::apply::{ApplyError, Effects, JobRun};
+use super::apply::{ApplyError, Effects};
 use crate::model::{BatchDeleteJob, StackId};
 use crate::stacks::{JobProgress, Stacks};
 
@@ -11,12 +11,9 @@ impl Effects for Stacks {
         Ok(self.store().release_idempotency_key(key, stack_id).await?)
     }
 
-    async fn advance_job(&self, job: BatchDeleteJob, budget: Duration) -> Result<JobRun, ApplyError> {
-        match Stacks::advance_job(self, job, budget).await {
-            Ok(JobProgress::Finished) => Ok(JobRun::Finished),
-            Ok(JobProgress::Paused) => Ok(JobRun::Paused),
-            Ok(JobProgress::TakenOver) => Ok(JobRun::TakenOver),
-            Err(err) => Err(ApplyError::Job(err.to_string())),
-        }
+    async fn advance_job(&self, job: BatchDeleteJob, budget: Duration) -> Result<JobProgress, ApplyError> {
+        Stacks::advance_job(self, job, budget)
+            .await
+            .map_err(|err| ApplyError::Job(err.to_string()))
     }
 }

@@ -8,7 +8,7 @@ mod pass;
 mod plan;
 mod summary;
 
-pub use apply::{ApplyError, Effects, JobRun, Limits, Tally, apply};
+pub use apply::{ApplyError, Effects, Limits, Tally, apply};
 pub use observe::{ObserveError, observe};
 pub use pass::{LEASE_NAME, PassError, Reconciler, plan_config, run_pass};
 pub use plan::{Action, Plan, PlanConfig, Snapshot, plan};

@@ -105,13 +105,12 @@ fn node_capacity(node: &Node) -> NodeCapacity {
 mod tests {
     use std::collections::BTreeMap;
 
-    use jiff::Timestamp;
     use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
-    use crate::model::{PortMapping, Protocol, StackId, StackStatus};
+    use crate::model::{PortMapping, Protocol, StackStatus};
 
     fn node(name: &str, role: &str, cpu: &str, memory: &str) -> Node {
         Node {
@@ -137,31 +136,19 @@ mod tests {
     }
 
     fn record(node: &str, status: StackStatus, ports: usize) -> StackRecord {
-        let now = Timestamp::UNIX_EPOCH;
-        let id = StackId::generate();
-        StackRecord {
-            pod_id: id.pod_name(),
-            service_name: id.service_name(),
-            stack_id: id,
-            namespace: "stacks".into(),
-            node_id: node.into(),
-            node_public_ip: None,
-            pod_spec: String::new(),
-            ports: (0..ports)
-                .map(|i| PortMapping {
-                    container_port: 80,
-                    protocol: Protocol::Tcp,
-                    node_port: 31001 + u16::try_from(i).unwrap(),
-                })
-                .collect(),
-            status,
-            ttl_expires_at: now,
-            created_at: now,
-            updated_at: now,
-            requested_cpu_milli: 250,
-            requested_memory_bytes: 1 << 20,
-            idempotency_key: None,
-        }
+        StackRecord::test()
+            .node(node)
+            .status(status)
+            .ports(
+                (0..ports)
+                    .map(|i| PortMapping {
+                        container_port: 80,
+                        protocol: Protocol::Tcp,
+                        node_port: 31001 + u16::try_from(i).unwrap(),
+                    })
+                    .collect(),
+            )
+            .requests(250, 1 << 20)
     }
 
     #[test]

@@ -34,7 +34,7 @@ pub const MAX_NODES: usize = 20_000;
 
 /// Parses `manifest` into a JSON value, or says which limit or YAML rule it breaks. Also
 /// returns what the first pass noted (plain scalars YAML 1.1 reads differently).
-pub fn read(manifest: &str, max_bytes: usize) -> Result<(Value, nesting::Scan), Rejection> {
+pub(super) fn read(manifest: &str, max_bytes: usize) -> Result<(Value, nesting::Scan), Rejection> {
     if manifest.len() > max_bytes {
         return Err(Rejection::new("manifest", format!("is larger than {max_bytes} bytes")));
     }
@@ -56,7 +56,7 @@ pub fn read(manifest: &str, max_bytes: usize) -> Result<(Value, nesting::Scan), 
 
 /// [`read`] without the first pass's notes.
 #[cfg(test)]
-pub fn parse(manifest: &str, max_bytes: usize) -> Result<Value, Rejection> {
+pub(super) fn parse(manifest: &str, max_bytes: usize) -> Result<Value, Rejection> {
     read(manifest, max_bytes).map(|(value, _)| value)
 }
 

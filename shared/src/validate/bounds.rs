@@ -9,12 +9,12 @@ use super::{Rejection, ValidationPolicy};
 
 /// Most labels, and most annotations, on a stack pod (real pods carry a handful; each key costs
 /// checks here and in every component that reads the pod).
-pub const MAX_METADATA_ENTRIES: usize = 128;
+pub(super) const MAX_METADATA_ENTRIES: usize = 128;
 
 /// The same counts on the parsed manifest, before the typed Pod is built: a manifest with
 /// thousands of entries is refused without paying for its schema checks. What is not yet of
 /// the expected shape counts as empty here; the schema step reports it.
-pub fn check_raw(manifest: &Value, policy: &ValidationPolicy) -> Result<(), Rejection> {
+pub(super) fn check_raw(manifest: &Value, policy: &ValidationPolicy) -> Result<(), Rejection> {
     for field in ["labels", "annotations"] {
         let count = manifest["metadata"][field].as_object().map_or(0, serde_json::Map::len);
         if count > MAX_METADATA_ENTRIES {
@@ -42,7 +42,7 @@ pub fn check_raw(manifest: &Value, policy: &ValidationPolicy) -> Result<(), Reje
     )
 }
 
-pub fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rejection> {
+pub(super) fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rejection> {
     let all_containers = || spec.containers.iter().chain(spec.init_containers.iter().flatten());
     verdict(
         policy,

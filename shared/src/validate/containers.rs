@@ -8,11 +8,11 @@ use super::rejection::ContainerPath;
 use super::{MAX_TERMINATION_GRACE_SECS, Rejection, ValidationPolicy, images};
 
 /// Longest probe delay, period or timeout accepted: anything longer is no probe at all.
-pub const MAX_PROBE_SECONDS: i64 = 3600;
+pub(super) const MAX_PROBE_SECONDS: i64 = 3600;
 /// Most consecutive probe results a threshold may ask for.
-pub const MAX_PROBE_THRESHOLD: i64 = 100;
+pub(super) const MAX_PROBE_THRESHOLD: i64 = 100;
 
-pub fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rejection> {
+pub(super) fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rejection> {
     if spec.containers.is_empty() {
         return Err(Rejection::new("spec.containers", "must list at least one container"));
     }

@@ -11,7 +11,7 @@ use crate::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, STACK_ID_LABEL, StackId};
 /// Capabilities dropped from every container; raw sockets allow spoofing on the node network.
 pub const DROPPED_CAPABILITIES: [&str; 1] = ["NET_RAW"];
 
-pub fn apply(pod: &mut Pod, stack_id: &StackId, policy: &ValidationPolicy) {
+pub(super) fn apply(pod: &mut Pod, stack_id: &StackId, policy: &ValidationPolicy) {
     let meta = &mut pod.metadata;
     meta.name = Some(stack_id.pod_name());
     meta.generate_name = None;

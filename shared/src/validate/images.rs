@@ -13,7 +13,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Why an image was refused; the caller adds the field path.
-pub fn check(image: &str, allowlist: &[String]) -> Result<(), String> {
+pub(super) fn check(image: &str, allowlist: &[String]) -> Result<(), String> {
     if image.trim().is_empty() {
         return Err("is required".into());
     }

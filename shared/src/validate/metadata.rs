@@ -17,7 +17,7 @@ use crate::model::{MANAGED_BY_LABEL, OWN_LABEL_PREFIX};
 
 const RESERVED_KEY: &str = "keys under kubernetes.io, k8s.io and stack-provisioner/ are reserved";
 
-pub fn check(meta: &ObjectMeta, policy: &ValidationPolicy) -> Result<(), Rejection> {
+pub(super) fn check(meta: &ObjectMeta, policy: &ValidationPolicy) -> Result<(), Rejection> {
     let ObjectMeta {
         annotations,
         // Overwritten by the apiserver on create; dropped by `harden`.

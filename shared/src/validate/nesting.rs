@@ -24,7 +24,7 @@ const HONOURED_TAGS: &str = "only !!str, !!int, !!float, !!bool, !!null, !!seq a
 
 /// What the first pass learned about a manifest that is not refused.
 #[derive(Debug, Default)]
-pub struct Scan {
+pub(super) struct Scan {
     /// Untagged plain scalars that YAML 1.1 (kubectl's parser) reads as a number or boolean
     /// while YAML 1.2 reads them as a string, e.g. `0755`.
     pub plain_yaml11: HashSet<String>,
@@ -33,7 +33,7 @@ pub struct Scan {
 /// Refuses `manifest` if any mapping or sequence is nested deeper than `max_depth` or a node
 /// carries a tag that is not honoured. Syntax errors end the pass without a verdict: the full
 /// parse reports them with its own message.
-pub fn check_depth(manifest: &str, max_depth: usize, max_nodes: usize) -> Result<Scan, Rejection> {
+pub(super) fn check_depth(manifest: &str, max_depth: usize, max_nodes: usize) -> Result<Scan, Rejection> {
     let mut events = EventStream::new(manifest);
     let mut depth = 0usize;
     let mut nodes = 0usize;

@@ -20,7 +20,7 @@ use super::{Rejection, ValidationPolicy};
 /// node port) long after the stack was deleted.
 pub const MAX_TERMINATION_GRACE_SECS: i64 = 30;
 
-pub fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rejection> {
+pub(super) fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rejection> {
     let PodSpec {
         active_deadline_seconds,
         affinity,

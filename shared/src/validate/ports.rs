@@ -37,7 +37,7 @@ pub fn validate_target_ports(ports: &[TargetPort]) -> Result<(), Rejection> {
 
 /// Each target port must be a `containerPort` of a regular container with the same protocol
 /// (TCP when unset): the Service can only reach what a container listens on.
-pub fn check_declared(ports: &[TargetPort], containers: &[Container]) -> Result<(), Rejection> {
+pub(super) fn check_declared(ports: &[TargetPort], containers: &[Container]) -> Result<(), Rejection> {
     let declared: HashSet<(i32, &str)> = containers
         .iter()
         .flat_map(|c| c.ports.iter().flatten())

@@ -50,7 +50,7 @@ fn allow(kind: Kind, name: &str, at: impl FnOnce() -> String, policy: &Validatio
     }
 }
 
-pub fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rejection> {
+pub(super) fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rejection> {
     for (index, reference) in spec.image_pull_secrets.iter().flatten().enumerate() {
         allow(
             Kind::PullSecret,

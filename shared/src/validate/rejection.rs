@@ -52,7 +52,7 @@ pub(crate) struct ContainerPath {
 }
 
 impl ContainerPath {
-    pub fn field(self, field: &str) -> String {
+    pub(super) fn field(self, field: &str) -> String {
         format!("{self}.{field}")
     }
 }

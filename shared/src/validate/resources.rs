@@ -27,22 +27,22 @@ const MEMORY: &str = "memory";
 const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
 
 /// CPU no node could ever offer a pod (the largest EC2 instances have 448 vCPUs).
-pub const MAX_NODE_CPU_MILLI: i64 = 512_000;
+pub(super) const MAX_NODE_CPU_MILLI: i64 = 512_000;
 /// Memory no node could ever offer a pod (the largest EC2 instances have 24 TiB).
-pub const MAX_NODE_MEMORY_BYTES: i64 = 32 << 40;
+pub(super) const MAX_NODE_MEMORY_BYTES: i64 = 32 << 40;
 
 const MIB: i64 = 1 << 20;
 
 /// What the pod reserves on its node, as the scheduler counts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct StackResources {
+pub(super) struct StackResources {
     pub cpu_milli: i64,
     pub memory_bytes: i64,
 }
 
 /// Checks every container's resources, rewrites them in normalized form and returns the pod's
 /// effective request, refused when above the policy's per-stack ceilings.
-pub fn normalize(spec: &mut PodSpec, policy: &ValidationPolicy) -> Result<StackResources, Rejection> {
+pub(super) fn normalize(spec: &mut PodSpec, policy: &ValidationPolicy) -> Result<StackResources, Rejection> {
     let mut storage = plan_storage(spec, policy)?.into_iter();
     let mut next_share = || storage.next().unwrap_or(policy.ephemeral_storage_limit);
     let mut apps = StackResources::default();

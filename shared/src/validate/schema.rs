@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::Rejection;
 
 /// Reads the Pod out of the parsed manifest.
-pub fn read_pod(raw: &Value) -> Result<Pod, Rejection> {
+pub(super) fn read_pod(raw: &Value) -> Result<Pod, Rejection> {
     let object = raw
         .as_object()
         .ok_or_else(|| Rejection::new("manifest", "must be a YAML mapping describing a Pod"))?;

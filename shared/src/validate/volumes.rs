@@ -12,7 +12,7 @@ use super::quantity::{format_bytes, parse_bytes};
 
 const ALLOWED_TYPES: &str = "only emptyDir, configMap, secret, downwardAPI and projected volumes are allowed";
 
-pub fn check(spec: &PodSpec) -> Result<(), Rejection> {
+pub(super) fn check(spec: &PodSpec) -> Result<(), Rejection> {
     for (index, volume) in spec.volumes.iter().flatten().enumerate() {
         check_volume(volume, &format!("spec.volumes[{index}]"))?;
     }
@@ -152,7 +152,7 @@ fn check_projection(source: &VolumeProjection, at: &str) -> Result<(), Rejection
 
 /// Gives every emptyDir (and every volume without a source, which Kubernetes turns into an
 /// emptyDir) a `sizeLimit` of at most `limit_bytes`. Call after [`check`].
-pub fn cap_empty_dirs(spec: &mut PodSpec, limit_bytes: i64) {
+pub(super) fn cap_empty_dirs(spec: &mut PodSpec, limit_bytes: i64) {
     for volume in spec.volumes.iter_mut().flatten() {
         let sourceless = volume.config_map.is_none()
             && volume.downward_api.is_none()

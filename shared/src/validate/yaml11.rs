@@ -64,7 +64,7 @@ const FREE_FORM_KEYS: &[&str] = &["labels", "annotations", "nodeSelector", "limi
 
 /// Whether YAML 1.1 reads the plain scalar `text` as a number or boolean where YAML 1.2 reads
 /// a string. Cheap: called on every plain scalar of the manifest.
-pub fn differs_from_yaml12(text: &str) -> bool {
+pub(super) fn differs_from_yaml12(text: &str) -> bool {
     let Some(first) = text.bytes().next() else {
         return false;
     };
@@ -79,7 +79,7 @@ pub fn differs_from_yaml12(text: &str) -> bool {
 
 /// Gives plain scalars in `plain` (see [`differs_from_yaml12`]) and integral floats kubectl's
 /// meaning in the integer and boolean fields of `value`.
-pub fn coerce(value: &mut Value, plain: &HashSet<String>) {
+pub(super) fn coerce(value: &mut Value, plain: &HashSet<String>) {
     match value {
         Value::Object(map) => {
             for (key, child) in map.iter_mut() {
@@ -119,7 +119,7 @@ fn coerce_int(value: &mut Value, plain: &HashSet<String>) {
 /// go-yaml v2's reading of a plain scalar as an integer: underscores removed, then Go's
 /// `strconv.ParseInt(s, 0, 64)` (sign, `0x`/`0o`/`0b` prefixes, a leading `0` for octal), else
 /// a YAML float that happens to be integral (`0800` is 800).
-pub fn int(text: &str) -> Option<i64> {
+pub(super) fn int(text: &str) -> Option<i64> {
     let plain: String = text.chars().filter(|c| *c != '_').collect();
     go_parse_int(&plain).or_else(|| yaml_float(&plain).and_then(integral))
 }

@@ -1,0 +1,82 @@
+//! A valid [`StackRecord`] for tests, changed field by field
+//! (`StackRecord::test().status(StackStatus::Creating)`), so a test names only what it is about.
+
+use jiff::Timestamp;
+
+use crate::model::{PortMapping, StackId, StackRecord, StackStatus};
+
+impl StackRecord {
+    /// A running stack with a fresh id in namespace `stacks`, not yet placed on a node, no
+    /// ports, no requests, every time at the Unix epoch.
+    pub fn test() -> Self {
+        let id = StackId::generate();
+        Self {
+            pod_id: id.pod_name(),
+            service_name: id.service_name(),
+            stack_id: id,
+            namespace: "stacks".into(),
+            node_id: String::new(),
+            node_public_ip: None,
+            pod_spec: String::new(),
+            ports: Vec::new(),
+            status: StackStatus::Running,
+            ttl_expires_at: Timestamp::UNIX_EPOCH,
+            created_at: Timestamp::UNIX_EPOCH,
+            updated_at: Timestamp::UNIX_EPOCH,
+            requested_cpu_milli: 0,
+            requested_memory_bytes: 0,
+            idempotency_key: None,
+        }
+    }
+
+    /// The id, and the pod and service names that follow from it.
+    pub fn id(mut self, id: StackId) -> Self {
+        self.pod_id = id.pod_name();
+        self.service_name = id.service_name();
+        self.stack_id = id;
+        self
+    }
+
+    pub fn namespace(mut self, namespace: &str) -> Self {
+        self.namespace = namespace.to_owned();
+        self
+    }
+
+    pub fn node(mut self, node_id: &str) -> Self {
+        self.node_id = node_id.to_owned();
+        self
+    }
+
+    pub fn public_ip(mut self, ip: &str) -> Self {
+        self.node_public_ip = Some(ip.to_owned());
+        self
+    }
+
+    pub fn ports(mut self, ports: Vec<PortMapping>) -> Self {
+        self.ports = ports;
+        self
+    }
+
+    pub fn status(mut self, status: StackStatus) -> Self {
+        self.status = status;
+        self
+    }
+
+    /// Created (and last updated) at `at`.
+    pub fn created_at(mut self, at: Timestamp) -> Self {
+        self.created_at = at;
+        self.updated_at = at;
+        self
+    }
+
+    pub fn ttl_expires_at(mut self, at: Timestamp) -> Self {
+        self.ttl_expires_at = at;
+        self
+    }
+
+    pub fn requests(mut self, cpu_milli: i64, memory_bytes: i64) -> Self {
+        self.requested_cpu_milli = cpu_milli;
+        self.requested_memory_bytes = memory_bytes;
+        self
+    }
+}
