@@ -4,14 +4,17 @@
 //! ```text
 //! stack-env create-table <name>   # DynamoDB table from template.yaml's StackTable (no-op if present)
 //! stack-env bootstrap-nodes       # the default simulated nodes, waited until a stack pod schedules
+//! stack-env admission-policy      # functions/kubernetes-rbac.yaml's admission policy, waited until enforced
 //! ```
 //! Reads the variables of `tests/env/.state/env.sh` (see `stack_tests::env::EnvSettings`).
 
 use std::process::ExitCode;
 
-use stack_tests::env::{EnvError, EnvSettings, TableDefinition, create_table, dynamodb_client, kube_client, nodes};
+use stack_tests::env::{
+    EnvError, EnvSettings, TableDefinition, create_table, dynamodb_client, kube_client, nodes, rbac_manifest,
+};
 
-const USAGE: &str = "usage: stack-env create-table <name> | stack-env bootstrap-nodes";
+const USAGE: &str = "usage: stack-env create-table <name> | stack-env bootstrap-nodes | stack-env admission-policy";
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
@@ -20,6 +23,7 @@ async fn main() -> ExitCode {
     let result = match args.as_slice() {
         ["create-table", name] => run_create_table(name).await,
         ["bootstrap-nodes"] => run_bootstrap_nodes().await,
+        ["admission-policy"] => run_admission_policy().await,
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
@@ -59,5 +63,17 @@ async fn run_bootstrap_nodes() -> Result<(), EnvError> {
     }
     nodes::wait_schedulable(&client, "stack").await?;
     eprintln!("stack-env: a role=stack pod schedules");
+    Ok(())
+}
+
+async fn run_admission_policy() -> Result<(), EnvError> {
+    let settings = EnvSettings::load()?;
+    let client = kube_client(&settings).await?;
+    rbac_manifest::apply_admission_policy(&client).await?;
+    eprintln!(
+        "stack-env: admission policy {} of {} enforced",
+        rbac_manifest::POLICY_NAME,
+        rbac_manifest::rbac_manifest_path().display()
+    );
     Ok(())
 }

@@ -29,6 +29,20 @@ pub async fn kube_client(settings: &EnvSettings) -> Result<Client, EnvError> {
     Client::try_from(config).map_err(|e| EnvError::Kubeconfig(e.to_string()))
 }
 
+/// Waits until the service-account controller has created `namespace`'s `default` account.
+pub(crate) async fn wait_default_service_account(client: &Client, namespace: &str) -> Result<(), EnvError> {
+    let accounts = Api::<ServiceAccount>::namespaced(client.clone(), namespace);
+    wait_for(
+        &accounts,
+        "default",
+        &format!("service account {namespace}/default"),
+        DEFAULT_SERVICE_ACCOUNT_TIMEOUT,
+        conditions::is_created(),
+    )
+    .await
+    .map(|_| ())
+}
+
 /// A uniquely named namespace for one test.
 #[derive(Clone)]
 pub struct TestNamespace {
@@ -62,15 +76,7 @@ impl TestNamespace {
             .create(&PostParams::default(), &namespace)
             .await
             .map_err(EnvError::kube(format!("create namespace {name}")))?;
-        let accounts = Api::<ServiceAccount>::namespaced(client.clone(), &name);
-        wait_for(
-            &accounts,
-            "default",
-            &format!("service account {name}/default"),
-            DEFAULT_SERVICE_ACCOUNT_TIMEOUT,
-            conditions::is_created(),
-        )
-        .await?;
+        wait_default_service_account(client, &name).await?;
         Ok(Self {
             name,
             client: client.clone(),

@@ -19,6 +19,7 @@ mod dynamodb;
 mod error;
 pub mod nodes;
 pub mod processes;
+pub mod rbac_manifest;
 mod settings;
 pub mod template;
 mod wait;

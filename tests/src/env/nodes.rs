@@ -13,6 +13,7 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use super::EnvError;
+use super::cluster::wait_default_service_account;
 use super::wait::wait_for;
 
 /// kwok manages exactly the nodes with this annotation (see `tests/env/up`).
@@ -253,6 +254,8 @@ pub async fn wait_schedulable(client: &Client, role: &str) -> Result<(), EnvErro
         }),
         ..Pod::default()
     };
+    // Right after `up` starts the controller manager, `default` may still lack its account.
+    wait_default_service_account(client, "default").await?;
     match pods.create(&PostParams::default(), &probe).await {
         Ok(_) => {}
         Err(kube::Error::Api(status)) if status.code == 409 => {}
