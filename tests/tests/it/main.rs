@@ -6,6 +6,7 @@
 //! run (cargo runs test binaries one after another, never side by side); `events.rs` sets a
 //! process-wide variable before any thread starts.
 
+mod admission_policy;
 mod api;
 mod dashboard;
 mod eks_token;
