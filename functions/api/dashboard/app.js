@@ -1,17 +1,27 @@
-// The operator's dashboard: vanilla JS, no dependency. Reads /stats, /stacks (following
-// next_cursor) and /history every few seconds with the key from sessionStorage; renders only
-// the visible rows of the stack table.
+// The operator's dashboard: vanilla JS, no dependency. Every few seconds reads the summary
+// (/stats, /history) and the one page of /stacks on screen, with the key from sessionStorage;
+// other pages are read only when the operator turns to them (or deletes a whole group).
+// Renders only the visible rows of the page.
 "use strict";
 
 const KEY_STORAGE = "stack-provisioner.api-key";
 const REFRESH_MS = 4000;
-const PAGE_LIMIT = 1000;
+// Stacks per table page: one page costs one /stacks call whatever the total.
+const PAGE_LIMIT = 100;
+// Page size when walking every page for a group delete.
+const WALK_LIMIT = 1000;
 const ROW_HEIGHT = 34;
 const OVERSCAN = 8;
 
 const $ = (id) => document.getElementById(id);
 const state = {
   key: sessionStorage.getItem(KEY_STORAGE) || "",
+  // The page on screen: its index, and the cursor each page seen so far starts at.
+  page: 0,
+  cursors: [null],
+  // How many stacks came before each page when the operator turned to it.
+  starts: [0],
+  next: null,
   stacks: [],
   shown: [],
   selected: new Set(),
@@ -20,6 +30,8 @@ const state = {
   challengeLabel: "challenge",
   timer: null,
   loading: false,
+  // A refresh was asked for while one ran (e.g. a page turn): run once more after it.
+  again: false,
   job: null,
   loadedAt: 0,
   // What the last action did; shown with the next refresh's line.
@@ -46,20 +58,25 @@ async function api(method, path, body) {
   return data;
 }
 
-// Every page of GET /stacks; `onPage` sees the stacks so far after each page.
-async function listStacks(onPage) {
-  const all = [];
+// One page of GET /stacks from `cursor` (the first without).
+function stackPage(cursor, limit) {
+  const query = new URLSearchParams({ limit: String(limit) });
+  if (cursor) query.set("cursor", cursor);
+  return api("GET", "stacks?" + query.toString());
+}
+
+// Every stack `keep` accepts, walking every page: only for an operator's explicit action.
+async function collectStacks(keep, onPage) {
+  const found = [];
   let cursor = null;
-  for (let page = 0; page < 10000; page++) {
-    const query = new URLSearchParams({ limit: String(PAGE_LIMIT) });
-    if (cursor) query.set("cursor", cursor);
-    const data = await api("GET", "stacks?" + query.toString());
-    for (const s of data.stacks || []) all.push(s);
+  for (let page = 1; page <= 100000; page++) {
+    const data = await stackPage(cursor, WALK_LIMIT);
+    for (const s of data.stacks || []) if (keep(s)) found.push(s);
     cursor = data.next_cursor;
-    if (cursor && onPage) onPage(all);
     if (!cursor) break;
+    onPage(page, found.length);
   }
-  return all;
+  return found;
 }
 
 function note(text) {
@@ -73,23 +90,38 @@ function message(text, isError) {
   m.classList.toggle("error", !!isError);
 }
 
-async function refresh() {
-  if (!state.key || state.loading) return;
+// The summary and the page on screen, all at once. A timer's refresh is skipped while one
+// runs; any other (a page turn, after an action) runs as soon as it ends.
+async function refresh(byTimer) {
+  if (!state.key) return;
+  if (state.loading) {
+    if (!byTimer) state.again = true;
+    return;
+  }
   state.loading = true;
+  state.again = false;
   const started = performance.now();
+  const page = state.page;
   try {
-    // On the first load the table shows each page as it comes; later refreshes swap it whole.
-    const firstLoad = !state.loadedAt;
-    const statsAndHistory = Promise.all([api("GET", "stats"), api("GET", "history")]);
-    statsAndHistory.catch(() => {}); // awaited below; not "unhandled" if the list fails first
-    const stacks = await listStacks(firstLoad ? (partial) => { state.stacks = partial; applyFilter(); $("main").hidden = false; } : null);
-    const [stats, history] = await statsAndHistory;
+    const [stats, history, data] = await Promise.all([
+      api("GET", "stats"),
+      api("GET", "history"),
+      stackPage(state.cursors[page], PAGE_LIMIT),
+    ]);
+    // Turned to another page meanwhile: that one is loaded next.
+    if (page !== state.page) return;
+    const stacks = data.stacks || [];
+    if (!stacks.length && page > 0) {
+      // Every stack of this page is gone: show the one before.
+      state.page = page - 1;
+      state.again = true;
+      return;
+    }
     state.stats = stats;
     state.stacks = stacks;
+    state.next = data.next_cursor || null;
     state.history = history;
     state.challengeLabel = history.challenge_label || "challenge";
-    const live = new Set(stacks.map((s) => s.stack_id));
-    for (const id of state.selected) if (!live.has(id)) state.selected.delete(id);
     $("main").hidden = false;
     $("key-forget").hidden = false;
     render();
@@ -97,7 +129,7 @@ async function refresh() {
     const ms = Math.round(performance.now() - started);
     document.body.dataset.loadMs = String(ms);
     document.body.dataset.loaded = String(state.loadedAt);
-    message(`${state.note}Updated ${new Date().toLocaleTimeString()} · ${stacks.length} stacks loaded in ${ms} ms`);
+    message(`${state.note}Updated ${new Date().toLocaleTimeString()} · page ${page + 1} loaded in ${ms} ms`);
   } catch (err) {
     if (err instanceof ApiError && err.status === 401) {
       stop();
@@ -111,13 +143,31 @@ async function refresh() {
     }
   } finally {
     state.loading = false;
+    if (state.again) refresh();
   }
+}
+
+// Turns to page `page` (only one step forward: its cursor is the page on screen's next).
+function turnTo(page) {
+  if (page < 0) return;
+  if (page > state.page) {
+    if (!state.next) return;
+    state.cursors[page] = state.next;
+    state.starts[page] = state.starts[state.page] + state.stacks.length;
+  }
+  state.page = page;
+  state.next = null;
+  $("viewport").scrollTop = 0;
+  $("page-info").textContent = `Page ${page + 1} · loading…`;
+  $("page-prev").disabled = true;
+  $("page-next").disabled = true;
+  refresh();
 }
 
 function start() {
   stop();
   refresh();
-  state.timer = setInterval(refresh, REFRESH_MS);
+  state.timer = setInterval(() => refresh(true), REFRESH_MS);
 }
 
 function stop() {
@@ -160,6 +210,7 @@ function challengeOf(s) {
 }
 
 function render() {
+  renderPager();
   renderCards();
   renderNodes();
   renderChart();
@@ -184,9 +235,7 @@ function renderCards() {
   for (const m of state.history.refusals) if (Date.parse(m.minute) >= hourAgo) for (const n of Object.values(m.counts)) refusals += n;
   $("stat-refusals").textContent = refusals;
 
-  const byStatus = {};
-  for (const st of state.stacks) byStatus[st.status] = (byStatus[st.status] || 0) + 1;
-  $("by-status").replaceChildren(...Object.entries(byStatus).sort().map(([k, n]) =>
+  $("by-status").replaceChildren(...Object.entries(s.status_counts || {}).sort().map(([k, n]) =>
     el("span", { class: "chip" }, el("span", { class: "status " + k }, k), el("b", {}, n), " ")));
 }
 
@@ -258,25 +307,54 @@ function renderFailures() {
   $("passes").tBodies[0].replaceChildren(...passes);
 }
 
-function groupKey(s) {
-  const by = $("group-by").value;
+function groupKey(s, by = $("group-by").value) {
   if (by === "node") return s.node_id || "(unscheduled)";
   if (by === "status") return s.status;
   return challengeOf(s) || "(no " + state.challengeLabel + " label)";
 }
 
+function renderPager() {
+  const first = state.starts[state.page] || 0;
+  const total = state.stats ? state.stats.total_stacks : 0;
+  $("page-info").textContent = state.stacks.length
+    ? `Page ${state.page + 1} · stacks ${first + 1}–${first + state.stacks.length} of ${total}`
+    : `Page ${state.page + 1} · no stack`;
+  $("page-prev").disabled = state.page === 0;
+  $("page-next").disabled = !state.next;
+}
+
+// Groups of the page on screen; "delete all" deletes the group's stacks on every page.
 function renderGroups() {
   const groups = new Map();
   for (const s of state.stacks) {
     const k = groupKey(s);
-    if (!groups.has(k)) groups.set(k, []);
-    groups.get(k).push(s.stack_id);
+    groups.set(k, (groups.get(k) || 0) + 1);
   }
-  const chips = [...groups.entries()].sort((a, b) => b[1].length - a[1].length).map(([k, ids]) =>
+  const chips = [...groups.entries()].sort((a, b) => b[1] - a[1]).map(([k, n]) =>
     el("span", { class: "chip", dataset: { group: k } },
-      el("span", { class: "mono" }, k), el("b", {}, ids.length),
-      el("button", { type: "button", class: "group-delete", title: `Delete all ${ids.length} stacks of ${k}`, onclick: () => batchDelete(ids, `every stack of ${$("group-by").value} “${k}”`) }, "delete all")));
+      el("span", { class: "mono" }, k), el("b", {}, n),
+      el("button", { type: "button", class: "group-delete", title: `Delete every stack of ${k}, on every page`, onclick: () => deleteGroup($("group-by").value, k) }, "delete all")));
   $("groups").replaceChildren(...chips);
+}
+
+// Reads every page for the group's stacks (the only action that does), then deletes them.
+async function deleteGroup(by, key) {
+  const what = `every stack of ${by} “${key}”`;
+  message(`Looking for ${what} on every page…`);
+  let ids;
+  try {
+    const found = await collectStacks((s) => groupKey(s, by) === key,
+      (page, n) => message(`Looking for ${what}: ${n} found in ${page} pages…`));
+    ids = found.map((s) => s.stack_id);
+  } catch (err) {
+    message(`Looking for ${what} failed: ${err.message}`, true);
+    return;
+  }
+  if (!ids.length) {
+    message(`No stack left of ${by} “${key}”.`);
+    return;
+  }
+  batchDelete(ids, what);
 }
 
 function applyFilter() {
@@ -285,7 +363,7 @@ function applyFilter() {
     ? state.stacks.filter((s) => s.stack_id.includes(q) || s.node_id.toLowerCase().includes(q) || s.status.includes(q) || challengeOf(s).toLowerCase().includes(q))
     : state.stacks;
   $("spacer").style.height = state.shown.length * ROW_HEIGHT + "px";
-  $("shown").replaceChildren(el("span", {}, `${state.shown.length} of ${state.stacks.length} stacks shown`));
+  $("shown").replaceChildren(el("span", {}, `${state.shown.length} of the ${state.stacks.length} stacks of this page shown`));
   updateSelection();
   renderRows();
 }
@@ -434,5 +512,7 @@ document.addEventListener("DOMContentLoaded", () => {
     renderRows();
   });
   $("delete-selected").addEventListener("click", () => batchDelete([...state.selected], "the selection"));
+  $("page-prev").addEventListener("click", () => turnTo(state.page - 1));
+  $("page-next").addEventListener("click", () => turnTo(state.page + 1));
   if (state.key) start();
 });

@@ -23,7 +23,7 @@ pub use namespace::NamespacePolicy;
 pub use objects::stack_service;
 pub use observe::{Scheduling, node_external_ip, observed_status, scheduling_of};
 
-use crate::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, PortMapping, StackId, TargetPort};
+use crate::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, PortMapping, STACK_ID_LABEL, StackId, TargetPort};
 use nodeports::NodePortPicker;
 
 /// How many times a service create is retried when the apiserver says a port is taken.
@@ -32,6 +32,9 @@ const NODEPORT_ATTEMPTS: usize = 8;
 /// full pods and one of services at a time: its peak RSS over 5,000 stacks is ~70 MiB at
 /// 1,000 per page and ~110 MiB at 2,000 (`bench-reconciler`), against a 128 MB budget.
 const LIST_PAGE: u32 = 1000;
+/// Stack ids per `stack-id in (...)` selector: ~25 URL bytes each, so a list call's request
+/// line stays near 6 KB, under the 8 KB that proxies commonly accept.
+const IDS_PER_SELECTOR: usize = 250;
 
 /// Cluster access for one stack namespace; built once per process.
 pub struct Cluster {
@@ -226,6 +229,17 @@ impl Cluster {
         list_all(&self.services, &managed_selector(), |service| service).await
     }
 
+    /// The pods of the stacks `ids` (managed-by label and `stack-id in (...)`): one list
+    /// call per [`IDS_PER_SELECTOR`] ids, whatever else the namespace holds.
+    pub async fn list_pods_of(&self, ids: &[StackId]) -> Result<Vec<Pod>, ClusterError> {
+        list_of_stacks(&self.pods, ids).await
+    }
+
+    /// The services of the stacks `ids`, as [`Self::list_pods_of`].
+    pub async fn list_services_of(&self, ids: &[StackId]) -> Result<Vec<Service>, ClusterError> {
+        list_of_stacks(&self.services, ids).await
+    }
+
     pub async fn list_nodes(&self) -> Result<Vec<Node>, ClusterError> {
         list_all(&self.nodes, &ListParams::default(), |node| node).await
     }
@@ -244,6 +258,34 @@ impl Cluster {
 
 fn managed_selector() -> ListParams {
     ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"))
+}
+
+/// `managed-by=...,stack-id in (...)` per [`IDS_PER_SELECTOR`] of `ids` (none for no ids: an
+/// empty set is not a selector).
+fn stack_selectors(ids: &[StackId]) -> Vec<ListParams> {
+    ids.chunks(IDS_PER_SELECTOR)
+        .map(|chunk| {
+            let ids: Vec<&str> = chunk.iter().map(StackId::as_str).collect();
+            ListParams::default().labels(&format!(
+                "{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{STACK_ID_LABEL} in ({})",
+                ids.join(",")
+            ))
+        })
+        .collect()
+}
+
+/// The objects of the stacks `ids`, the selectors' lists run together.
+async fn list_of_stacks<K>(api: &Api<K>, ids: &[StackId]) -> Result<Vec<K>, ClusterError>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let lists = futures::future::try_join_all(
+        stack_selectors(ids)
+            .iter()
+            .map(|params| list_all(api, params, |object| object)),
+    )
+    .await?;
+    Ok(lists.into_iter().flatten().collect())
 }
 
 /// Every object `params` selects, through `project`, one page at a time.
@@ -272,4 +314,32 @@ where
 
 pub(crate) fn is_not_found(err: &kube::Error) -> bool {
     matches!(err, kube::Error::Api(status) if status.code == 404)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stack_selectors_name_each_id_once_in_bounded_chunks() {
+        assert!(stack_selectors(&[]).is_empty());
+        let ids: Vec<StackId> = (0..IDS_PER_SELECTOR + 1).map(|_| StackId::generate()).collect();
+        let selectors: Vec<String> = stack_selectors(&ids)
+            .into_iter()
+            .map(|p| p.label_selector.unwrap_or_default())
+            .collect();
+        assert_eq!(selectors.len(), 2);
+        let mut named = Vec::new();
+        for selector in &selectors {
+            let list = selector
+                .strip_prefix("app.kubernetes.io/managed-by=stack-provisioner,stack-provisioner/stack-id in (")
+                .and_then(|s| s.strip_suffix(')'))
+                .unwrap_or_else(|| panic!("{selector}"));
+            named.extend(list.split(',').map(str::to_owned));
+            // The request line stays under the 8 KB proxies accept.
+            assert!(selector.len() < 7 * 1024, "{}", selector.len());
+        }
+        let ids: Vec<String> = ids.iter().map(ToString::to_string).collect();
+        assert_eq!(named, ids);
+    }
 }

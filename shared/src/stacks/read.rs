@@ -34,6 +34,8 @@ pub struct Stats {
     pub total_stacks: usize,
     pub active_stacks: usize,
     pub node_distribution: BTreeMap<String, usize>,
+    /// Stacks per status (`{status: count}`, only statuses some stack has).
+    pub status_counts: BTreeMap<String, usize>,
     pub used_node_ports: usize,
     pub reserved_cpu_milli: i64,
     pub reserved_memory_bytes: i64,
@@ -48,10 +50,15 @@ impl Stats {
         for record in records.iter().filter(|r| !r.node_id.is_empty()) {
             *node_distribution.entry(record.node_id.clone()).or_insert(0) += 1;
         }
+        let mut status_counts = BTreeMap::new();
+        for record in records {
+            *status_counts.entry(record.status.as_str().to_owned()).or_insert(0) += 1;
+        }
         Stats {
             total_stacks: records.len(),
             active_stacks: active.len(),
             node_distribution,
+            status_counts,
             used_node_ports: records.iter().map(|r| r.ports.len()).sum(),
             reserved_cpu_milli: active.iter().map(|r| r.requested_cpu_milli).sum(),
             reserved_memory_bytes: active.iter().map(|r| r.requested_memory_bytes).sum(),
@@ -131,24 +138,26 @@ impl Stacks {
         }
         let next = if full || more { last.cloned() } else { None };
         Ok(ListPage {
-            stacks: self.refreshed(page).await?.0,
+            stacks: self.refreshed(page).await?,
             next,
         })
     }
 
-    /// Every stack, refreshed, and the node list read on the way.
-    async fn list_refreshed(&self, manifest: Manifest) -> Result<(Vec<StackRecord>, Vec<Node>), StackError> {
-        let records = self.store.list_stacks(manifest).await?;
-        self.refreshed(records).await
-    }
-
-    /// `records` brought in line with the cluster (gone ones removed). The cluster is read
-    /// after the records: a record is written after its pod and service, so a stack whose
+    /// `records` brought in line with the cluster (gone ones removed), reading only their own
+    /// pods and services (selected by stack id, [`Cluster::list_pods_of`]) and the node list:
+    /// at most 2 calls per 250 records + 1, whatever else the namespace holds. The cluster is
+    /// read after the records: a record is written after its pod and service, so a stack whose
     /// record was read is never mistaken for gone because its pod was listed too early.
-    async fn refreshed(&self, records: Vec<StackRecord>) -> Result<(Vec<StackRecord>, Vec<Node>), StackError> {
+    ///
+    /// [`Cluster::list_pods_of`]: crate::cluster::Cluster::list_pods_of
+    async fn refreshed(&self, records: Vec<StackRecord>) -> Result<Vec<StackRecord>, StackError> {
+        if records.is_empty() {
+            return Ok(records);
+        }
+        let ids: Vec<StackId> = records.iter().map(|r| r.stack_id.clone()).collect();
         let (pods, services, nodes) = tokio::try_join!(
-            async { self.cluster.list_stack_pods().await.map_err(StackError::from) },
-            async { self.cluster.list_stack_services().await.map_err(StackError::from) },
+            async { self.cluster.list_pods_of(&ids).await.map_err(StackError::from) },
+            async { self.cluster.list_services_of(&ids).await.map_err(StackError::from) },
             async { self.cluster.list_nodes().await.map_err(StackError::from) },
         )?;
         let pods: HashMap<&str, PodView> = pods
@@ -179,17 +188,22 @@ impl Stacks {
             .buffered(REMOVAL_CONCURRENCY)
             .collect()
             .await;
-        let records = settled
-            .into_iter()
-            .filter_map(Result::transpose)
-            .collect::<Result<_, _>>()?;
-        drop(by_name);
-        Ok((records, nodes))
+        settled.into_iter().filter_map(Result::transpose).collect()
     }
 
-    /// Counts and headroom, for the same cluster calls as a list.
+    /// Counts and headroom: one query of the records (without manifests) and one node list.
+    ///
+    /// Freshness: the counts are the records' as last observed, not refreshed here. A create or
+    /// delete shows at once; a status change or a vanished pod shows once a read of that
+    /// stack, a list page holding it or the reconciler's next pass (every minute) has seen
+    /// it. Refreshing here would list every pod and service of the namespace on each call
+    /// (the dashboard polls every few seconds): 8.6 s per call at 10,000 stacks
+    /// (`bench-dashboard`, README).
     pub async fn stats(&self) -> Result<Stats, StackError> {
-        let (records, nodes) = self.list_refreshed(Manifest::Omit).await?;
+        let (records, nodes) = tokio::try_join!(
+            async { self.store.list_stacks(Manifest::Omit).await.map_err(StackError::from) },
+            async { self.cluster.list_nodes().await.map_err(StackError::from) },
+        )?;
         let config = &self.config;
         let capacity = Capacity::of(
             &records,

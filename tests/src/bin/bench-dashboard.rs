@@ -4,12 +4,14 @@
 //! Seeds N healthy stacks straight into DynamoDB and the apiserver, as `bench-reconciler`
 //! does (records with their hardened manifests, pods bound to simulated nodes, headless
 //! services), serves the API router on loopback, opens `/dashboard`, enters the key and
-//! prints: the time from the key's submit until every stack is in the table (the page's own
-//! measure of its first refresh: /stats, every /stacks page, /history, render), the same for
-//! a later refresh, the rows in the DOM, and the time to render after a scroll to the end.
-//! Everything it made (table, namespace, nodes) is deleted at the end.
+//! prints: the time from the key's submit until the first page of the table and the summary
+//! are shown (the page's own measure of its refresh: /stats, /history, one /stacks page,
+//! render), the calls that took, a later refresh, a turn to the next page, the rows in the
+//! DOM and the time to render after a scroll to the page's end; then `--loads` more full
+//! page loads (the key kept by the tab) and their median. Everything it made (table,
+//! namespace, nodes) is deleted at the end.
 //!
-//! `cargo run --release -p stack-tests --bin bench-dashboard -- --stacks 10000`
+//! `cargo run --release -p stack-tests --bin bench-dashboard -- --stacks 10000 --loads 5`
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -89,8 +91,9 @@ async fn main() -> ExitCode {
         }
     };
     let stacks: usize = arg("--stacks").and_then(|n| n.parse().ok()).unwrap_or(10_000);
+    let loads: usize = arg("--loads").and_then(|n| n.parse().ok()).unwrap_or(5);
     let mut fixture = Fixture::default();
-    let result = run(&env, stacks, &mut fixture).await;
+    let result = run(&env, stacks, loads, &mut fixture).await;
     fixture.remove(&env).await;
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -139,7 +142,7 @@ impl Fixture {
     }
 }
 
-async fn run(env: &TestEnv, stacks: usize, fixture: &mut Fixture) -> Result<(), BenchError> {
+async fn run(env: &TestEnv, stacks: usize, loads: usize, fixture: &mut Fixture) -> Result<(), BenchError> {
     let table = fixture.table.insert(env.fresh_table("dash").await?);
     let table_name = table.name().to_owned();
     let namespace = fixture.namespace.insert(env.fresh_namespace("dash").await?);
@@ -219,7 +222,13 @@ async fn run(env: &TestEnv, stacks: usize, fixture: &mut Fixture) -> Result<(), 
             vec![],
         )
         .await?;
-    for call in calls.as_array().into_iter().flatten().take(6) {
+    let calls = calls.as_array().cloned().unwrap_or_default();
+    let page_calls = calls
+        .iter()
+        .filter(|c| c[0].as_str().is_some_and(|p| p.ends_with("/stacks")))
+        .count();
+    println!("  {} data calls, {page_calls} of them /stacks pages", calls.len());
+    for call in calls.iter().take(6) {
         println!(
             "  {}: server {} ms, transfer {} ms, {} bytes",
             call[0].as_str().unwrap_or("?"),
@@ -229,21 +238,26 @@ async fn run(env: &TestEnv, stacks: usize, fixture: &mut Fixture) -> Result<(), 
         );
     }
     // The next refresh (every 4 s): what an open page pays to stay current.
-    let loaded: String = client
-        .execute("return document.body.dataset.loaded", vec![])
-        .await?
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    client
-        .wait()
-        .at_most(PAGE_TIMEOUT)
-        .for_element(Locator::XPath(&format!("//body[@data-loaded != '{loaded}']")))
-        .await?;
+    let loaded = loaded_at(client).await?;
+    wait_loaded_after(client, &loaded).await?;
     let again = client.execute("return document.body.dataset.loadMs", vec![]).await?;
     println!(
         "a later refresh: {} ms measured by the page",
         again.as_str().unwrap_or("?")
+    );
+    let loaded = loaded_at(client).await?;
+    let turned = Instant::now();
+    client.find(Locator::Id("page-next")).await?.click().await?;
+    wait_loaded_after(client, &loaded).await?;
+    let pager = client.find(Locator::Id("page-info")).await?.text().await?;
+    println!(
+        "next page: {} ms from the click ({} ms measured by the page): {pager}",
+        turned.elapsed().as_millis(),
+        client
+            .execute("return document.body.dataset.loadMs", vec![])
+            .await?
+            .as_str()
+            .unwrap_or("?")
     );
     let scroll = client
         .execute(
@@ -260,7 +274,46 @@ async fn run(env: &TestEnv, stacks: usize, fixture: &mut Fixture) -> Result<(), 
     );
     let shot = browser.screenshot(&format!("bench-{stacks}")).await?;
     println!("screenshot: {}", shot.display());
+
+    // Whole loads of the page, the key already in the tab's session: navigation to table.
+    let mut samples = Vec::new();
+    for _ in 0..loads {
+        let opened = Instant::now();
+        client.goto(&format!("{base}/dashboard")).await?;
+        client
+            .wait()
+            .at_most(PAGE_TIMEOUT)
+            .for_element(Locator::Css("body[data-loaded]"))
+            .await?;
+        samples.push(opened.elapsed());
+    }
+    if !samples.is_empty() {
+        let ms: Vec<u128> = samples.iter().map(Duration::as_millis).collect();
+        samples.sort();
+        println!(
+            "{loads} page loads (navigation to table and summary): {ms:?} ms, median {} ms",
+            samples[samples.len() / 2].as_millis()
+        );
+    }
     browser.close().await;
+    Ok(())
+}
+
+async fn loaded_at(client: &fantoccini::Client) -> Result<String, BenchError> {
+    Ok(client
+        .execute("return document.body.dataset.loaded", vec![])
+        .await?
+        .as_str()
+        .unwrap_or_default()
+        .to_owned())
+}
+
+async fn wait_loaded_after(client: &fantoccini::Client, loaded: &str) -> Result<(), BenchError> {
+    client
+        .wait()
+        .at_most(PAGE_TIMEOUT)
+        .for_element(Locator::XPath(&format!("//body[@data-loaded != '{loaded}']")))
+        .await?;
     Ok(())
 }
 

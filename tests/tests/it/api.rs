@@ -450,6 +450,68 @@ async fn stack_whose_pod_was_deleted_behind_our_back_is_gone() {
     api.finish().await;
 }
 
+/// A list page reads only its own stacks' objects: it removes its gone stacks and leaves
+/// every other stack alone, gone or not, until a read of its own sees it.
+#[tokio::test]
+async fn a_list_page_removes_its_own_gone_stacks_and_no_other() {
+    let api = ApiHarness::start().await;
+    api.create_stacks(4).await;
+    let ids: Vec<String> = api.records().await.iter().map(|r| r.stack_id.to_string()).collect();
+    let now_gone = |id: &str| {
+        let pods = api.pods_api();
+        let id = id.to_owned();
+        async move {
+            let immediately = DeleteParams {
+                grace_period_seconds: Some(0),
+                ..DeleteParams::default()
+            };
+            pods.delete(&id, &immediately).await.unwrap();
+        }
+    };
+    // Oldest first: page 1 = ids[0..2], page 2 = ids[2..4]; one gone stack on each.
+    now_gone(&ids[1]).await;
+    now_gone(&ids[3]).await;
+
+    let page1 = api.call(Method::GET, "/stacks?limit=2", None).await;
+    assert_eq!(page1.status, 200, "{}", page1.json);
+    assert_eq!(listed_ids(std::slice::from_ref(&page1)), vec![ids[0].clone()]);
+    let left: Vec<String> = api.records().await.iter().map(|r| r.stack_id.to_string()).collect();
+    assert_eq!(
+        left,
+        vec![ids[0].clone(), ids[2].clone(), ids[3].clone()],
+        "page 1 removed its gone stack and nothing of page 2"
+    );
+    assert!(
+        api.services_api()
+            .get_opt(&format!("svc-{}", ids[1]))
+            .await
+            .unwrap()
+            .is_none(),
+        "the gone stack's service is removed with it"
+    );
+    assert_eq!(
+        api.call(Method::GET, &format!("/stacks/{}", ids[1]), None).await.status,
+        404
+    );
+
+    let cursor = page1.json["next_cursor"].as_str().expect("a second page").to_owned();
+    let page2 = api
+        .call(Method::GET, &format!("/stacks?limit=2&cursor={cursor}"), None)
+        .await;
+    assert_eq!(page2.status, 200, "{}", page2.json);
+    assert_eq!(listed_ids(std::slice::from_ref(&page2)), vec![ids[2].clone()]);
+    let left: Vec<String> = api.records().await.iter().map(|r| r.stack_id.to_string()).collect();
+    assert_eq!(left, vec![ids[0].clone(), ids[2].clone()]);
+    assert_eq!(
+        api.call(Method::GET, &format!("/stacks/{}", ids[3]), None).await.status,
+        404
+    );
+    for id in [&ids[0], &ids[2]] {
+        assert_eq!(api.call(Method::GET, &format!("/stacks/{id}"), None).await.status, 200);
+    }
+    api.finish().await;
+}
+
 #[tokio::test]
 async fn stack_whose_node_was_deleted_is_gone() {
     // Its own node role, so deleting the node touches no other test.
