@@ -265,11 +265,6 @@ impl Config {
         }
         Ok(())
     }
-
-    /// Number of node ports in the configured range.
-    pub fn nodeport_count(&self) -> u32 {
-        u32::from(self.nodeport_max) - u32::from(self.nodeport_min) + 1
-    }
 }
 
 struct Reader<'a, F: Fn(&str) -> Option<String>> {

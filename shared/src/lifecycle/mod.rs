@@ -168,28 +168,16 @@ mod tests {
 
     /// A `creating` record made `age` seconds ago, with no node yet.
     fn record(age: i64) -> StackRecord {
-        let id: StackId = "stack-00000000000000aa".parse().unwrap();
-        StackRecord {
-            pod_id: id.pod_name(),
-            service_name: id.service_name(),
-            stack_id: id,
-            namespace: "stacks".into(),
-            node_id: String::new(),
-            node_public_ip: None,
-            pod_spec: String::new(),
-            ports: vec![PortMapping {
+        StackRecord::test()
+            .id("stack-00000000000000aa".parse::<StackId>().unwrap())
+            .ports(vec![PortMapping {
                 container_port: 80,
                 protocol: Protocol::Tcp,
                 node_port: 31001,
-            }],
-            status: StackStatus::Creating,
-            ttl_expires_at: now() + SignedDuration::from_hours(2),
-            created_at: ago(age),
-            updated_at: ago(age),
-            requested_cpu_milli: 100,
-            requested_memory_bytes: 1 << 20,
-            idempotency_key: None,
-        }
+            }])
+            .status(StackStatus::Creating)
+            .created_at(ago(age))
+            .ttl_expires_at(now() + SignedDuration::from_hours(2))
     }
 
     fn object(created_secs_ago: i64) -> ObjectView {

@@ -226,28 +226,18 @@ mod tests {
 
     /// A running stack on node `n1`, created ten minutes ago, expiring in an hour.
     fn record(n: u64) -> StackRecord {
-        let id = id(n);
-        StackRecord {
-            pod_id: id.pod_name(),
-            service_name: id.service_name(),
-            stack_id: id,
-            namespace: NS.into(),
-            node_id: "n1".into(),
-            node_public_ip: Some("203.0.113.1".into()),
-            pod_spec: String::new(),
-            ports: vec![PortMapping {
+        StackRecord::test()
+            .id(id(n))
+            .node("n1")
+            .public_ip("203.0.113.1")
+            .ports(vec![PortMapping {
                 container_port: 80,
                 protocol: Protocol::Tcp,
                 node_port: 31001,
-            }],
-            status: StackStatus::Running,
-            ttl_expires_at: now() + SignedDuration::from_hours(1),
-            created_at: ago(600),
-            updated_at: ago(600),
-            requested_cpu_milli: 100,
-            requested_memory_bytes: 1 << 20,
-            idempotency_key: None,
-        }
+            }])
+            .created_at(ago(600))
+            .ttl_expires_at(now() + SignedDuration::from_hours(1))
+            .requests(100, 1 << 20)
     }
 
     fn object(name: String, created_at: Timestamp) -> ObjectView {
