@@ -7,6 +7,35 @@ use std::time::Duration;
 
 use crate::deadlines::{CREATE_WORK_BUDGET, MAX_CREATE_QUEUE_WAIT, MAX_CREATE_WAIT};
 
+/// `STACK_ON_UNSCHEDULABLE`: what a create does when the scheduler finds no node for the pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnUnschedulable {
+    /// Remove the pod and answer 503 (try later): for a fixed set of nodes.
+    Fail,
+    /// Keep the pod and answer 201 `creating`: a cluster autoscaler (Karpenter, Cluster
+    /// Autoscaler) sees the pending pod and adds a node; `STACK_SCHEDULING_TIMEOUT` bounds it.
+    Wait,
+}
+
+impl OnUnschedulable {
+    /// `STACK_SCHEDULING_TIMEOUT`'s default: under `wait` it must cover a node start
+    /// (Karpenter typically brings a node Ready in about a minute; EC2 capacity can take longer).
+    fn default_scheduling_timeout(self) -> Duration {
+        match self {
+            OnUnschedulable::Fail => Duration::from_secs(20),
+            OnUnschedulable::Wait => Duration::from_secs(300),
+        }
+    }
+}
+
+fn parse_on_unschedulable(v: &str) -> Result<OnUnschedulable, String> {
+    match v.to_ascii_lowercase().as_str() {
+        "fail" => Ok(OnUnschedulable::Fail),
+        "wait" => Ok(OnUnschedulable::Wait),
+        _ => Err("expected fail or wait".into()),
+    }
+}
+
 /// Default of `STACK_CHALLENGE_LABEL`.
 pub const DEFAULT_CHALLENGE_LABEL: &str = "challenge";
 
@@ -19,6 +48,9 @@ pub struct Config {
     pub nodeport_min: u16,
     pub nodeport_max: u16,
     pub node_role: String,
+    /// What a create does when no node can take the pod now.
+    pub on_unschedulable: OnUnschedulable,
+    /// How long a stack may stay unscheduled, from its creation.
     pub scheduling_timeout: Duration,
     /// How long a create waits for the scheduler before answering `creating`.
     pub create_wait: Duration,
@@ -130,6 +162,7 @@ impl Config {
         let api_key_enabled = env.parse("API_KEY_ENABLED", true, parse_bool);
         // Required only by the API (see `require_api_key`): the reconciler needs no key.
         let api_key = env.string("API_KEY");
+        let on_unschedulable = env.parse("STACK_ON_UNSCHEDULABLE", OnUnschedulable::Fail, parse_on_unschedulable);
         let config = Config {
             namespace: env.string("STACK_NAMESPACE").unwrap_or_else(|| "stacks".into()),
             ttl: env.parse("STACK_TTL", Duration::from_secs(2 * 3600), parse_duration),
@@ -137,7 +170,12 @@ impl Config {
             nodeport_min: env.parse("STACK_NODEPORT_MIN", 31001, parse_num),
             nodeport_max: env.parse("STACK_NODEPORT_MAX", 32767, parse_num),
             node_role: env.string("STACK_NODE_ROLE").unwrap_or_else(|| "stack".into()),
-            scheduling_timeout: env.parse("STACK_SCHEDULING_TIMEOUT", Duration::from_secs(20), parse_duration),
+            on_unschedulable,
+            scheduling_timeout: env.parse(
+                "STACK_SCHEDULING_TIMEOUT",
+                on_unschedulable.default_scheduling_timeout(),
+                parse_duration,
+            ),
             create_wait: env.parse("STACK_CREATE_WAIT", Duration::from_millis(2000), parse_duration),
             create_concurrency: env.parse("STACK_CREATE_CONCURRENCY", 32, parse_at_least_one),
             // A 200-create burst on the local environment (bench-faults burst): 32 slots with 2 s of
@@ -427,6 +465,25 @@ mod tests {
         assert!(c.shared_config_maps.is_empty() && c.shared_secrets.is_empty() && c.image_pull_secrets.is_empty());
         assert_eq!(c.pod_limits, PodLimits::DEFAULT);
         assert_eq!(c.annotation_allowlist, to_strings(DEFAULT_ANNOTATION_ALLOWLIST));
+    }
+
+    #[test]
+    fn waiting_for_a_node_gets_a_scheduling_timeout_that_covers_a_node_start() {
+        let fail = config(&[("API_KEY", "k")]).unwrap();
+        assert_eq!(fail.on_unschedulable, OnUnschedulable::Fail);
+        assert_eq!(fail.scheduling_timeout, Duration::from_secs(20));
+        let wait = config(&[("API_KEY", "k"), ("STACK_ON_UNSCHEDULABLE", "wait")]).unwrap();
+        assert_eq!(wait.on_unschedulable, OnUnschedulable::Wait);
+        assert_eq!(wait.scheduling_timeout, Duration::from_secs(300));
+        let set = config(&[
+            ("API_KEY", "k"),
+            ("STACK_ON_UNSCHEDULABLE", "WAIT"),
+            ("STACK_SCHEDULING_TIMEOUT", "90s"),
+        ])
+        .unwrap();
+        assert_eq!(set.scheduling_timeout, Duration::from_secs(90));
+        let err = config(&[("API_KEY", "k"), ("STACK_ON_UNSCHEDULABLE", "queue")]).unwrap_err();
+        assert!(err.to_string().contains("STACK_ON_UNSCHEDULABLE"), "{err}");
     }
 
     #[test]

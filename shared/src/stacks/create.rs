@@ -29,6 +29,7 @@ use jiff::Timestamp;
 
 use super::{StackError, Stacks, signed};
 use crate::cluster::{Scheduling, node_external_ip};
+use crate::config::OnUnschedulable;
 use crate::deadlines::{ABANDONED_CLAIM_AGE, CREATE_CLEANUP_BUDGET, CREATE_WORK_BUDGET};
 use crate::model::{StackId, StackRecord, StackStatus, TargetPort};
 use crate::store::{IdempotencyClaim, Manifest, StoreError, StoredManifest};
@@ -225,7 +226,12 @@ impl Stacks {
     async fn await_placement(&self, id: &StackId, started: Instant) -> Result<(String, Option<String>), StackError> {
         let budget = self.config.create_wait.saturating_sub(started.elapsed());
         match self.cluster.wait_scheduled(&id.pod_name(), budget).await? {
-            Scheduling::Unschedulable(why) => Err(StackError::Saturated(why)),
+            Scheduling::Unschedulable(why) => match self.config.on_unschedulable {
+                OnUnschedulable::Fail => Err(StackError::Saturated(why)),
+                // Left pending for an autoscaler to add a node; the lifecycle rule ends it
+                // after the scheduling timeout.
+                OnUnschedulable::Wait => Ok((String::new(), None)),
+            },
             Scheduling::Pending => Ok((String::new(), None)),
             Scheduling::Scheduled(node_name) => {
                 let node = self.cluster.get_node(&node_name).await?;

@@ -321,6 +321,41 @@ async fn unschedulable_pod_is_503_with_retry_after_and_nothing_left() {
 }
 
 #[tokio::test]
+async fn with_on_unschedulable_wait_a_stack_waits_for_a_new_node_and_runs_on_it() {
+    // A node role no node has yet: the pod is unschedulable until the test adds a node, as a
+    // cluster autoscaler would.
+    let role = stack_tests::env::unique_name("grow");
+    let api = ApiHarness::with_env(&[("STACK_NODE_ROLE", &role), ("STACK_ON_UNSCHEDULABLE", "wait")]).await;
+    let created = api.create(WEB_POD, json!(80)).await;
+    assert_eq!(created.status, 201, "{}", created.json);
+    assert_eq!(created.json["status"], "creating", "{}", created.json);
+    let id = stack_id(&created);
+
+    let node = SimulatedNode::new(&format!("{role}-node"))
+        .role(&role)
+        .external_ip("203.0.113.210");
+    stack_tests::reconciler::add_schedulable_node(&api.env, &node)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let running = loop {
+        let stack = api.call(Method::GET, &format!("/stacks/{id}"), None).await;
+        assert_eq!(stack.status, 200, "{}", stack.json);
+        if stack.json["status"] == "running" {
+            break stack;
+        }
+        assert!(Instant::now() < deadline, "never ran on the new node: {}", stack.json);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert_eq!(running.json["node_id"], node.name.as_str());
+    assert_eq!(running.json["node_public_ip"], "203.0.113.210");
+    stack_tests::env::nodes::delete_node(&api.env.kube, &node.name)
+        .await
+        .unwrap();
+    api.finish().await;
+}
+
+#[tokio::test]
 async fn resource_quota_exhausted_is_503_and_limit_range_violation_is_400() {
     let api = ApiHarness::start().await;
     // The first create makes the namespace; then the quota and limit range go in.
