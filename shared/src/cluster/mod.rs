@@ -23,7 +23,7 @@ pub use namespace::NamespacePolicy;
 pub use objects::stack_service;
 pub use observe::{Scheduling, node_external_ip, observed_status, scheduling_of};
 
-use crate::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, PortMapping, STACK_ID_LABEL, StackId, TargetPort};
+use crate::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, PortMapping, STACK_ID_LABEL, StackId, StackStatus, TargetPort};
 use nodeports::NodePortPicker;
 
 /// How many times a service create is retried when the apiserver says a port is taken.
@@ -155,6 +155,18 @@ impl Cluster {
             Ok(Err(err)) => Err(ClusterError::Watch(err)),
             Ok(Ok(None)) => Err(ClusterError::NotFound),
             Ok(Ok(Some(pod))) => Ok(scheduling_of(&pod)),
+        }
+    }
+
+    /// Waits (watching) until the bound pod has started (or already ended), at most `budget`:
+    /// its status then, or `creating`.
+    pub async fn wait_started(&self, name: &str, budget: Duration) -> Result<StackStatus, ClusterError> {
+        let started = |pod: Option<&Pod>| pod.is_none_or(|p| observed_status(p) != StackStatus::Creating);
+        match tokio::time::timeout(budget, await_condition(self.pods.clone(), name, started)).await {
+            Err(_elapsed) => Ok(StackStatus::Creating),
+            Ok(Err(err)) => Err(ClusterError::Watch(err)),
+            Ok(Ok(None)) => Err(ClusterError::NotFound),
+            Ok(Ok(Some(pod))) => Ok(observed_status(&pod)),
         }
     }
 

@@ -32,7 +32,7 @@ use crate::cluster::{Scheduling, node_external_ip};
 use crate::config::OnUnschedulable;
 use crate::deadlines::{ABANDONED_CLAIM_AGE, CREATE_CLEANUP_BUDGET, CREATE_WORK_BUDGET};
 use crate::model::{StackId, StackRecord, StackStatus, TargetPort};
-use crate::store::{IdempotencyClaim, Manifest, StoreError, StoredManifest};
+use crate::store::{IdempotencyClaim, Manifest, ObservedState, StoreError, StoredManifest};
 use crate::validate::{self, HardenedPod};
 
 pub struct CreateRequest {
@@ -214,29 +214,42 @@ impl Stacks {
         progress.reach(Reached::Cluster);
         let pod = self.cluster.create_pod(&hardened.pod).await?;
         let ports = self.cluster.create_service(id, &request.target_ports, &pod).await?;
-        let (node_id, node_public_ip) = self.await_placement(id, started).await?;
-        let record = self.new_record(id, hardened, request, ports, node_id, node_public_ip);
+        let placement = self.await_placement(id, started).await?;
+        let record = self.new_record(id, hardened, request, ports, placement);
         progress.reach(Reached::Record);
         self.put_record(&record, manifest).await?;
         Ok(record)
     }
 
-    /// Waits for the scheduler within what is left of `STACK_CREATE_WAIT`: the node and its
-    /// address, or nothing yet (the stack answers `creating`).
-    async fn await_placement(&self, id: &StackId, started: Instant) -> Result<(String, Option<String>), StackError> {
-        let budget = self.config.create_wait.saturating_sub(started.elapsed());
-        match self.cluster.wait_scheduled(&id.pod_name(), budget).await? {
+    /// Waits, within what is left of `STACK_CREATE_WAIT`, for the scheduler and then for the
+    /// pod to start: the stack answers `running` with its node and address when both happen in
+    /// time, else `creating` with what is known so far.
+    async fn await_placement(&self, id: &StackId, started: Instant) -> Result<ObservedState, StackError> {
+        let left = || self.config.create_wait.saturating_sub(started.elapsed());
+        let not_placed = ObservedState {
+            status: StackStatus::Creating,
+            node_id: String::new(),
+            node_public_ip: None,
+        };
+        let pod_name = id.pod_name();
+        match self.cluster.wait_scheduled(&pod_name, left()).await? {
             Scheduling::Unschedulable(why) => match self.config.on_unschedulable {
                 OnUnschedulable::Fail => Err(StackError::Saturated(why)),
                 // Left pending for an autoscaler to add a node; the lifecycle rule ends it
                 // after the scheduling timeout.
-                OnUnschedulable::Wait => Ok((String::new(), None)),
+                OnUnschedulable::Wait => Ok(not_placed),
             },
-            Scheduling::Pending => Ok((String::new(), None)),
+            Scheduling::Pending => Ok(not_placed),
             Scheduling::Scheduled(node_name) => {
-                let node = self.cluster.get_node(&node_name).await?;
-                let ip = node.as_ref().and_then(node_external_ip);
-                Ok((node_name, ip))
+                let (node, status) = tokio::try_join!(
+                    self.cluster.get_node(&node_name),
+                    self.cluster.wait_started(&pod_name, left())
+                )?;
+                Ok(ObservedState {
+                    status,
+                    node_public_ip: node.as_ref().and_then(node_external_ip),
+                    node_id: node_name,
+                })
             }
         }
     }
@@ -247,20 +260,19 @@ impl Stacks {
         hardened: HardenedPod,
         request: &CreateRequest,
         ports: Vec<crate::model::PortMapping>,
-        node_id: String,
-        node_public_ip: Option<String>,
+        placement: ObservedState,
     ) -> StackRecord {
         let now = Timestamp::now();
         StackRecord {
             stack_id: id.clone(),
             pod_id: id.pod_name(),
             namespace: self.cluster.namespace().to_owned(),
-            node_id,
-            node_public_ip,
+            node_id: placement.node_id,
+            node_public_ip: placement.node_public_ip,
             pod_spec: hardened.yaml,
             ports,
             service_name: id.service_name(),
-            status: StackStatus::Creating,
+            status: placement.status,
             ttl_expires_at: now.saturating_add(signed(self.config.ttl)).unwrap_or(now),
             created_at: now,
             updated_at: now,

@@ -191,6 +191,30 @@ async fn v1_create_applies_the_hardened_pod_and_reads_back() {
 }
 
 #[tokio::test]
+async fn a_create_whose_pod_starts_in_time_answers_running() {
+    // kwok starts a bound pod at once: a create sees it start within STACK_CREATE_WAIT and
+    // answers `running` with the node, as the Go provisioner does (an overloaded machine may
+    // still answer `creating` now and then, so one of three suffices).
+    let api = ApiHarness::start().await;
+    let mut running = 0;
+    for _ in 0..3 {
+        let created = api.create(WEB_POD, json!(80)).await;
+        assert_eq!(created.status, 201, "{}", created.json);
+        if created.json["status"] == "running" {
+            running += 1;
+            assert!(
+                created.json["node_id"].as_str().is_some_and(|n| !n.is_empty()),
+                "{}",
+                created.json
+            );
+            assert!(created.json["node_public_ip"].is_string(), "{}", created.json);
+        }
+    }
+    assert!(running >= 1, "no create answered running");
+    api.finish().await;
+}
+
+#[tokio::test]
 async fn v0_create_with_a_scalar_port() {
     let api = ApiHarness::start().await;
     let created = api.create(WEB_POD, json!(80)).await;

@@ -13,6 +13,7 @@ use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 use stack_core::model::{BatchDeleteJob, JobStatus, MANAGED_BY_LABEL, StackId, StackStatus, new_job_id};
 use stack_core::reconcile::{LEASE_NAME, Summary};
+use stack_core::store::ObservedState;
 use stack_tests::api::{ApiHarness, WEB_POD};
 use stack_tests::env::{SimulatedNode, nodes, unique_name};
 use stack_tests::reconciler::{
@@ -67,13 +68,12 @@ async fn create_stack(api: &ApiHarness) -> StackId {
         .unwrap_or_else(|| panic!("no stack_id in {}", reply.json))
 }
 
-/// A stack whose record a pass has already brought to `running`: no longer in flight, so a
-/// missing part counts as drift at once.
+/// A stack whose record says `running` (the create's answer, or else a pass's write-back).
 async fn running_stack(api: &ApiHarness, reconciler: &TestReconciler) -> StackId {
     let id = create_stack(api).await;
     wait_pod_running(&api.pods_api(), &id.pod_name()).await.unwrap();
     let settled = reconciler.pass().await;
-    assert_eq!(settled.status_updates, 1, "{settled:?}");
+    assert!(settled.status_updates <= 1, "{settled:?}");
     let record = reconciler.record(&id).await;
     assert_eq!(record.status, StackStatus::Running);
     id
@@ -133,9 +133,20 @@ async fn status_changes_are_written_back_once() {
     let api = ApiHarness::start().await;
     let reconciler = TestReconciler::over(&api, &[]).await;
     let id = create_stack(&api).await;
+    let pod = wait_pod_running(&api.pods_api(), &id.pod_name()).await.unwrap();
+    // The record falls behind the cluster (as when a create answers before its pod starts).
+    let stale = ObservedState {
+        status: StackStatus::Creating,
+        node_id: String::new(),
+        node_public_ip: None,
+    };
+    reconciler
+        .store()
+        .update_observed(&id, &stale, Timestamp::now())
+        .await
+        .unwrap();
     let before = reconciler.record(&id).await;
     assert_eq!(before.status, StackStatus::Creating);
-    let pod = wait_pod_running(&api.pods_api(), &id.pod_name()).await.unwrap();
     let node_name = pod.spec.and_then(|s| s.node_name).unwrap();
     let node = Api::<Node>::all(api.env.kube.clone()).get(&node_name).await.unwrap();
 
