@@ -149,24 +149,33 @@ impl Cluster {
     /// Waits (watching, not polling) until the scheduler binds the pod or gives up on it,
     /// at most `budget`.
     pub async fn wait_scheduled(&self, name: &str, budget: Duration) -> Result<Scheduling, ClusterError> {
-        let decided = |pod: Option<&Pod>| pod.is_none_or(|p| !matches!(scheduling_of(p), Scheduling::Pending));
-        match tokio::time::timeout(budget, await_condition(self.pods.clone(), name, decided)).await {
-            Err(_elapsed) => Ok(Scheduling::Pending),
-            Ok(Err(err)) => Err(ClusterError::Watch(err)),
-            Ok(Ok(None)) => Err(ClusterError::NotFound),
-            Ok(Ok(Some(pod))) => Ok(scheduling_of(&pod)),
-        }
+        let decided = |pod: &Pod| !matches!(scheduling_of(pod), Scheduling::Pending);
+        let pod = self.wait_for_pod(name, budget, decided).await?;
+        Ok(pod.map_or(Scheduling::Pending, |p| scheduling_of(&p)))
     }
 
     /// Waits (watching) until the bound pod has started (or already ended), at most `budget`:
     /// its status then, or `creating`.
     pub async fn wait_started(&self, name: &str, budget: Duration) -> Result<StackStatus, ClusterError> {
-        let started = |pod: Option<&Pod>| pod.is_none_or(|p| observed_status(p) != StackStatus::Creating);
-        match tokio::time::timeout(budget, await_condition(self.pods.clone(), name, started)).await {
-            Err(_elapsed) => Ok(StackStatus::Creating),
+        let started = |pod: &Pod| observed_status(pod) != StackStatus::Creating;
+        let pod = self.wait_for_pod(name, budget, started).await?;
+        Ok(pod.map_or(StackStatus::Creating, |p| observed_status(&p)))
+    }
+
+    /// The pod once `done` holds for it, `None` if it does not within `budget`; a pod deleted
+    /// meanwhile is `NotFound`.
+    async fn wait_for_pod(
+        &self,
+        name: &str,
+        budget: Duration,
+        done: impl Fn(&Pod) -> bool,
+    ) -> Result<Option<Pod>, ClusterError> {
+        let condition = move |pod: Option<&Pod>| pod.is_none_or(&done);
+        match tokio::time::timeout(budget, await_condition(self.pods.clone(), name, condition)).await {
+            Err(_elapsed) => Ok(None),
             Ok(Err(err)) => Err(ClusterError::Watch(err)),
             Ok(Ok(None)) => Err(ClusterError::NotFound),
-            Ok(Ok(Some(pod))) => Ok(observed_status(&pod)),
+            Ok(Ok(Some(pod))) => Ok(Some(pod)),
         }
     }
 

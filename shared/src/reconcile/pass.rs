@@ -10,7 +10,7 @@ use super::observe::{ObserveError, observe};
 use super::plan::{PlanConfig, plan};
 use super::summary::Summary;
 use crate::config::Config;
-use crate::deadlines::{JOB_IDLE, LEASE_SLACK, RECONCILE_END_RESERVE as END_RESERVE};
+use crate::deadlines::{JOB_IDLE, LEASE_SLACK, RECONCILE_END_RESERVE};
 use crate::history::PassSnapshot;
 use crate::lifecycle::Rules;
 use crate::stacks::Stacks;
@@ -128,7 +128,7 @@ async fn record_history(stacks: &Stacks, snapshot: &PassSnapshot) {
 /// quarter of the time there is.
 fn stop_at(now: Instant, deadline: Instant) -> Instant {
     let left = deadline.saturating_duration_since(now);
-    now + left - END_RESERVE.min(left / 4)
+    now + left - RECONCILE_END_RESERVE.min(left / 4)
 }
 
 fn millis_since(started: Instant) -> u64 {

@@ -9,10 +9,11 @@ use serde::Serialize;
 
 use super::capacity::Capacity;
 use super::{StackError, Stacks};
+use crate::lifecycle::end::{RecordWrite, StackRemover};
 use crate::lifecycle::views::{NodeView, PodView, ServiceView};
 use crate::lifecycle::{Observed, Removal, Rules, Verdict, judge};
 use crate::model::{STACK_ID_LABEL, StackId, StackRecord};
-use crate::store::{ListCursor, Manifest, StoreError};
+use crate::store::{ListCursor, Manifest};
 
 /// How many gone stacks a list removes at once.
 const REMOVAL_CONCURRENCY: usize = 8;
@@ -228,17 +229,15 @@ impl Stacks {
                 Ok(None)
             }
             Verdict::Keep => Ok(Some(record)),
-            Verdict::Update(observed) => match self.store.update_observed(&record.stack_id, &observed, now).await {
-                Ok(()) => {
+            Verdict::Update(observed) => match self.write_observed(&record.stack_id, &observed, now).await? {
+                RecordWrite::Written => {
                     record.status = observed.status;
                     record.node_id = observed.node_id;
                     record.node_public_ip = observed.node_public_ip;
                     record.updated_at = now;
                     Ok(Some(record))
                 }
-                // Deleted meanwhile.
-                Err(StoreError::ConditionFailed) => Ok(None),
-                Err(err) => Err(err.into()),
+                RecordWrite::Gone => Ok(None),
             },
         }
     }
