@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::deadlines::{CREATE_WORK_BUDGET, MAX_CREATE_QUEUE_WAIT, MAX_CREATE_WAIT};
+use crate::model::Exposure;
 
 /// `STACK_ON_UNSCHEDULABLE`: what a create does when the scheduler finds no node for the pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +46,9 @@ pub struct Config {
     pub namespace: String,
     pub ttl: Duration,
     pub max_lifetime: Duration,
+    /// How new stacks expose their ports; stacks of the other mode live on until they end.
+    pub exposure: Exposure,
+    /// The port range of both modes (`STACK_NODEPORT_MIN..=STACK_NODEPORT_MAX`).
     pub nodeport_min: u16,
     pub nodeport_max: u16,
     pub node_role: String,
@@ -167,6 +171,9 @@ impl Config {
             namespace: env.string("STACK_NAMESPACE").unwrap_or_else(|| "stacks".into()),
             ttl: env.parse("STACK_TTL", Duration::from_secs(2 * 3600), parse_duration),
             max_lifetime: env.parse("STACK_MAX_LIFETIME", Duration::from_secs(8 * 3600), parse_duration),
+            exposure: env.parse("STACK_EXPOSURE", Exposure::NodePort, |v| {
+                Exposure::parse(v).ok_or_else(|| "expected nodeport or hostport".to_string())
+            }),
             nodeport_min: env.parse("STACK_NODEPORT_MIN", 31001, parse_num),
             nodeport_max: env.parse("STACK_NODEPORT_MAX", 32767, parse_num),
             node_role: env.string("STACK_NODE_ROLE").unwrap_or_else(|| "stack".into()),
@@ -453,6 +460,8 @@ mod tests {
         assert_eq!(c.ttl, Duration::from_secs(7200));
         assert_eq!(c.max_lifetime, Duration::from_secs(8 * 3600));
         assert_eq!((c.nodeport_min, c.nodeport_max), (31001, 32767));
+        // Drop-in compatible: today's platforms and RBAC manifests keep working unchanged.
+        assert_eq!(c.exposure, Exposure::NodePort);
         assert_eq!(c.node_role, "stack");
         assert_eq!(c.scheduling_timeout, Duration::from_secs(20));
         assert!(c.require_ingress_network_policy);
@@ -465,6 +474,18 @@ mod tests {
         assert!(c.shared_config_maps.is_empty() && c.shared_secrets.is_empty() && c.image_pull_secrets.is_empty());
         assert_eq!(c.pod_limits, PodLimits::DEFAULT);
         assert_eq!(c.annotation_allowlist, to_strings(DEFAULT_ANNOTATION_ALLOWLIST));
+    }
+
+    #[test]
+    fn exposure_is_nodeport_or_hostport() {
+        let c = config(&[("API_KEY", "k"), ("STACK_EXPOSURE", "HostPort")]).unwrap();
+        assert_eq!(c.exposure, Exposure::HostPort);
+        let err = config(&[("API_KEY", "k"), ("STACK_EXPOSURE", "ingress")]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("STACK_EXPOSURE: expected nodeport or hostport"),
+            "{err}"
+        );
     }
 
     #[test]

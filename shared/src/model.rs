@@ -13,6 +13,45 @@ pub const MANAGED_BY_VALUE: &str = "stack-provisioner";
 pub const STACK_ID_LABEL: &str = "stack-provisioner/stack-id";
 /// Prefix of our own label/annotation keys; input manifests may not use it.
 pub const OWN_LABEL_PREFIX: &str = "stack-provisioner/";
+/// Annotation of a hostport stack's pod listing its host ports (`31001,31002`), so that port
+/// use can be read from a metadata-only pod list.
+pub const HOST_PORTS_ANNOTATION: &str = "stack-provisioner/host-ports";
+
+/// How participants reach a stack (`STACK_EXPOSURE`). Either way they connect to
+/// `node_public_ip:node_port`; what differs is who holds the port.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Exposure {
+    /// A NodePort Service: the port is taken on every node, so the range holds one stack per
+    /// port cluster-wide.
+    #[default]
+    NodePort,
+    /// A `hostPort` on the pod, no Service: the port is taken on the pod's node only, so the
+    /// range holds one stack per port per node.
+    HostPort,
+}
+
+impl Exposure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Exposure::NodePort => "nodeport",
+            Exposure::HostPort => "hostport",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "nodeport" => Some(Exposure::NodePort),
+            "hostport" => Some(Exposure::HostPort),
+            _ => None,
+        }
+    }
+
+    /// Whether a stack of this mode has a Service.
+    pub fn has_service(self) -> bool {
+        self == Exposure::NodePort
+    }
+}
 
 /// `stack-` followed by 16 lowercase hex digits.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -195,6 +234,10 @@ pub struct StackRecord {
     pub pod_spec: String,
     /// In request order.
     pub ports: Vec<PortMapping>,
+    /// How the ports are exposed; records written before hostport mode existed are nodeport.
+    #[serde(default)]
+    pub exposure: Exposure,
+    /// Empty for a hostport stack (it has no Service).
     pub service_name: String,
     pub status: StackStatus,
     pub ttl_expires_at: Timestamp,
@@ -207,9 +250,28 @@ pub struct StackRecord {
     pub idempotency_key: Option<String>,
 }
 
+impl StackRecord {
+    /// The stack's Service, if its mode has one.
+    pub fn service(&self) -> Option<&str> {
+        (self.exposure.has_service() && !self.service_name.is_empty()).then_some(self.service_name.as_str())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn records_written_before_hostport_mode_read_as_nodeport() {
+        let record = StackRecord::test().exposure(Exposure::HostPort);
+        assert_eq!(record.service(), None);
+        let mut json = serde_json::to_value(&record).unwrap();
+        json.as_object_mut().unwrap().remove("exposure");
+        json["service_name"] = record.stack_id.service_name().into();
+        let old: StackRecord = serde_json::from_value(json).unwrap();
+        assert_eq!(old.exposure, Exposure::NodePort);
+        assert_eq!(old.service(), Some(record.stack_id.service_name().as_str()));
+    }
 
     #[test]
     fn stack_id_roundtrip_and_rejects_bad_ids() {
@@ -238,6 +300,10 @@ mod tests {
         assert_eq!(serde_json::to_string(&Protocol::Udp).unwrap(), "\"UDP\"");
         assert_eq!(Protocol::parse_any_case("tCp"), Some(Protocol::Tcp));
         assert_eq!(Protocol::parse_any_case("sctp"), None);
+        assert_eq!(serde_json::to_string(&Exposure::HostPort).unwrap(), "\"hostport\"");
+        for e in [Exposure::NodePort, Exposure::HostPort] {
+            assert_eq!(Exposure::parse(e.as_str()), Some(e));
+        }
         assert!(is_job_id(&new_job_id()));
         for bad in [
             "job-",

@@ -3,7 +3,7 @@
 
 use jiff::Timestamp;
 
-use crate::model::{PortMapping, StackId, StackRecord, StackStatus};
+use crate::model::{Exposure, PortMapping, StackId, StackRecord, StackStatus};
 
 impl StackRecord {
     /// A running stack with a fresh id in namespace `stacks`, not yet placed on a node, no
@@ -19,6 +19,7 @@ impl StackRecord {
             node_public_ip: None,
             pod_spec: String::new(),
             ports: Vec::new(),
+            exposure: Exposure::NodePort,
             status: StackStatus::Running,
             ttl_expires_at: Timestamp::UNIX_EPOCH,
             created_at: Timestamp::UNIX_EPOCH,
@@ -32,8 +33,18 @@ impl StackRecord {
     /// The id, and the pod and service names that follow from it.
     pub fn id(mut self, id: StackId) -> Self {
         self.pod_id = id.pod_name();
-        self.service_name = id.service_name();
         self.stack_id = id;
+        let exposure = self.exposure;
+        self.exposure(exposure)
+    }
+
+    /// The exposure mode, and the service name that follows from it (none for hostport).
+    pub fn exposure(mut self, exposure: Exposure) -> Self {
+        self.exposure = exposure;
+        self.service_name = match exposure {
+            Exposure::NodePort => self.stack_id.service_name(),
+            Exposure::HostPort => String::new(),
+        };
         self
     }
 

@@ -108,7 +108,8 @@ impl ApiHarness {
         let dynamodb_calls = CallCounter::default();
         let kube = counting_kube(kube, &kube_calls).expect("kube client");
         let dynamodb = counting_dynamodb(&env.dynamodb, &dynamodb_calls);
-        let store = Store::new(dynamodb, table.name(), config.consistent_read);
+        // `DDB_STACK_TABLE` may name another harness's table (a second sandbox over the same stacks).
+        let store = Store::new(dynamodb, &config.table, config.consistent_read);
         let state = AppState::with_clients(config, store, kube).expect("state");
         Self {
             router: stack_api::router(state.clone()),

@@ -16,7 +16,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::Api;
 use stack_core::config::Config;
 use stack_core::model::{
-    MANAGED_BY_LABEL, MANAGED_BY_VALUE, PortMapping, Protocol, STACK_ID_LABEL, StackId, StackRecord, StackStatus,
+    Exposure, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PortMapping, Protocol, STACK_ID_LABEL, StackId, StackRecord,
+    StackStatus,
 };
 use stack_core::reconcile::{PassError, Reconciler, Summary, run_pass};
 use stack_core::stacks::Stacks;
@@ -206,6 +207,7 @@ pub fn running_record(
             protocol: Protocol::Tcp,
             node_port: 31001,
         }],
+        exposure: Exposure::NodePort,
         service_name: id.service_name(),
         status: StackStatus::Running,
         ttl_expires_at,

@@ -14,6 +14,9 @@ pub enum ClusterError {
     NodePortsExhausted,
     #[error("namespace {0} has no ingress NetworkPolicy")]
     MissingIngressPolicy(String),
+    /// A guard rail the exposure mode needs is missing: the operator must act.
+    #[error("{0}")]
+    Unguarded(String),
     /// The apiserver is unreachable, slow, throttling or failing: worth trying again later.
     #[error("kubernetes {operation} unavailable")]
     Unavailable {

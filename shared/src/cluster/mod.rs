@@ -20,11 +20,15 @@ use kube::{Api, Client};
 pub use client::{apply_client_limits, connect};
 pub use error::ClusterError;
 pub use namespace::NamespacePolicy;
-pub use objects::stack_service;
-pub use observe::{Scheduling, node_external_ip, observed_status, scheduling_of};
+pub use objects::{stack_service, with_host_ports};
+pub use observe::{
+    Scheduling, is_port_conflict, is_ready, is_schedulable_stack_node, node_external_ip, observed_status, scheduling_of,
+};
 
-use crate::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, PortMapping, STACK_ID_LABEL, StackId, StackStatus, TargetPort};
-use nodeports::NodePortPicker;
+use crate::model::{
+    Exposure, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PortMapping, STACK_ID_LABEL, StackId, StackStatus, TargetPort,
+};
+use nodeports::{PortPicker, PortUse};
 
 /// How many times a service create is retried when the apiserver says a port is taken.
 const NODEPORT_ATTEMPTS: usize = 8;
@@ -36,6 +40,16 @@ const LIST_PAGE: u32 = 1000;
 /// line stays near 6 KB, under the 8 KB that proxies commonly accept.
 const IDS_PER_SELECTOR: usize = 250;
 
+/// Where new stacks' ports come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortPolicy {
+    pub exposure: Exposure,
+    /// `STACK_NODEPORT_MIN..=STACK_NODEPORT_MAX`.
+    pub range: (u16, u16),
+    /// `STACK_NODE_ROLE`: in hostport mode each of these nodes offers the whole range.
+    pub node_role: String,
+}
+
 /// Cluster access for one stack namespace; built once per process.
 pub struct Cluster {
     client: Client,
@@ -44,17 +58,19 @@ pub struct Cluster {
     services: Api<Service>,
     nodes: Api<Node>,
     guard: namespace::NamespaceGuard,
-    ports: NodePortPicker,
+    port_policy: PortPolicy,
+    ports: PortPicker,
 }
 
 impl Cluster {
-    pub fn new(client: Client, namespace: &str, policy: NamespacePolicy, nodeports: (u16, u16)) -> Self {
+    pub fn new(client: Client, namespace: &str, policy: NamespacePolicy, port_policy: PortPolicy) -> Self {
         Self {
             pods: Api::namespaced(client.clone(), namespace),
             services: Api::namespaced(client.clone(), namespace),
             nodes: Api::all(client.clone()),
-            guard: namespace::NamespaceGuard::new(client.clone(), namespace, policy),
-            ports: NodePortPicker::new(nodeports.0, nodeports.1),
+            guard: namespace::NamespaceGuard::new(client.clone(), namespace, policy, port_policy.exposure),
+            ports: PortPicker::new(port_policy.range.0, port_policy.range.1),
+            port_policy,
             namespace: namespace.to_owned(),
             client,
         }
@@ -98,38 +114,20 @@ impl Cluster {
         targets: &[TargetPort],
         pod: &Pod,
     ) -> Result<Vec<PortMapping>, ClusterError> {
-        if self.ports.is_stale() {
-            self.refresh_used_ports().await?;
-        }
         let mut rejected = HashSet::new();
+        let mut refreshed = false;
         for attempt in 0..NODEPORT_ATTEMPTS {
-            let Some(node_ports) = self.ports.pick(targets.len(), &rejected) else {
-                if attempt == 0 {
-                    // Our view may be old: look again before declaring the range full.
-                    self.refresh_used_ports().await?;
-                    continue;
-                }
-                return Err(ClusterError::NodePortsExhausted);
-            };
-            let mappings: Vec<PortMapping> = targets
-                .iter()
-                .zip(&node_ports)
-                .map(|(t, &node_port)| PortMapping {
-                    container_port: t.container_port,
-                    protocol: t.protocol,
-                    node_port,
-                })
-                .collect();
+            let mappings = self.pick_ports(targets, &rejected, &mut refreshed).await?;
             let service = stack_service(id, &self.namespace, &mappings, pod)?;
             match self.services.create(&PostParams::default(), &service).await {
                 Ok(_) => {
-                    self.ports.mark_used(node_ports.iter().copied());
+                    self.ports.mark_used(mappings.iter().map(|m| m.node_port));
                     return Ok(mappings);
                 }
                 Err(err) => match error::taken_node_ports(&err) {
                     Some(taken) if !taken.is_empty() => {
                         tracing::debug!(?taken, attempt, "node ports already allocated, retrying");
-                        self.ports.mark_used(taken.iter().copied());
+                        self.ports.mark_full(taken.iter().copied());
                         rejected.extend(taken);
                     }
                     _ => return Err(ClusterError::from_kube("create service", err)),
@@ -139,10 +137,77 @@ impl Cluster {
         Err(ClusterError::NodePortsExhausted)
     }
 
-    async fn refresh_used_ports(&self) -> Result<(), ClusterError> {
-        let services = self.list_stack_services().await?;
-        self.ports
-            .replace_used(services.iter().flat_map(objects::node_ports_of));
+    /// Ports of the range for `targets`, least used first, none of `rejected`: from this
+    /// process's view, refreshed when stale and (once per create, tracked by `refreshed`)
+    /// before declaring the range full.
+    pub async fn pick_ports(
+        &self,
+        targets: &[TargetPort],
+        rejected: &HashSet<u16>,
+        refreshed: &mut bool,
+    ) -> Result<Vec<PortMapping>, ClusterError> {
+        if self.ports.is_stale() {
+            self.refresh_port_use().await?;
+            *refreshed = true;
+        }
+        let picked = match self.ports.pick(targets.len(), rejected) {
+            Some(picked) => picked,
+            None if !*refreshed => {
+                // Our view may be old: look again before declaring the range full.
+                self.refresh_port_use().await?;
+                *refreshed = true;
+                self.ports
+                    .pick(targets.len(), rejected)
+                    .ok_or(ClusterError::NodePortsExhausted)?
+            }
+            None => return Err(ClusterError::NodePortsExhausted),
+        };
+        Ok(targets
+            .iter()
+            .zip(picked)
+            .map(|(t, node_port)| PortMapping {
+                container_port: t.container_port,
+                protocol: t.protocol,
+                node_port,
+            })
+            .collect())
+    }
+
+    /// Counts host ports as taken once the pod holding them is created.
+    pub fn mark_host_ports_used(&self, ports: &[PortMapping]) {
+        self.ports.mark_used(ports.iter().map(|p| p.node_port));
+    }
+
+    /// The scheduler found `ports` taken on every node: not picked again until the next refresh.
+    pub fn mark_ports_full(&self, ports: &[PortMapping]) {
+        self.ports.mark_full(ports.iter().map(|p| p.node_port));
+    }
+
+    /// What the range's ports hold: services' node ports (taken on every node, whatever the
+    /// mode: a host port there would clash with kube-proxy's rule), host ports of our pods
+    /// (one node each, read from their annotation in a metadata-only list) and, in hostport
+    /// mode, how many nodes offer the range.
+    async fn refresh_port_use(&self) -> Result<(), ClusterError> {
+        let nodes = async {
+            match self.port_policy.exposure {
+                Exposure::NodePort => Ok(1),
+                Exposure::HostPort => {
+                    let nodes = self.list_nodes().await?;
+                    let role = &self.port_policy.node_role;
+                    let schedulable = nodes.iter().filter(|n| is_schedulable_stack_node(n, role)).count();
+                    Ok(u32::try_from(schedulable).unwrap_or(u32::MAX))
+                }
+            }
+        };
+        let managed = managed_selector();
+        let services = list_all(&self.services, &managed, |s| objects::node_ports_of(&s));
+        let pods = list_all_metadata(&self.pods, &managed, |meta| objects::host_ports_of(&meta));
+        let (slots, services, pods) = tokio::try_join!(nodes, services, pods)?;
+        let held = PortUse {
+            everywhere: services.into_iter().flatten().collect(),
+            on_one_node: pods.into_iter().flatten().collect(),
+        };
+        self.ports.replace(&held, slots);
         Ok(())
     }
 
@@ -235,7 +300,7 @@ impl Cluster {
         }
     }
 
-    /// Forgets node ports of deleted services so that they can be picked again at once.
+    /// Forgets ports of deleted services and pods so that they can be picked again at once.
     pub fn release_node_ports(&self, ports: &[PortMapping]) {
         self.ports.mark_free(ports.iter().map(|p| p.node_port));
     }
@@ -307,6 +372,31 @@ where
     )
     .await?;
     Ok(lists.into_iter().flatten().collect())
+}
+
+/// The metadata of every object `params` selects, through `project`, one page at a time:
+/// a fraction of the bytes of full objects.
+async fn list_all_metadata<K, T>(
+    api: &Api<K>,
+    params: &ListParams,
+    mut project: impl FnMut(kube::core::ObjectMeta) -> T,
+) -> Result<Vec<T>, ClusterError>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug + kube::Resource,
+{
+    let mut items = Vec::new();
+    let mut params = params.clone().limit(LIST_PAGE);
+    loop {
+        let page = api
+            .list_metadata(&params)
+            .await
+            .map_err(|e| ClusterError::from_kube("list", e))?;
+        items.extend(page.items.into_iter().map(|object| project(object.metadata)));
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => return Ok(items),
+        }
+    }
 }
 
 /// Every object `params` selects, through `project`, one page at a time.

@@ -1,11 +1,16 @@
 //! The stack namespace's guard rails, ensured on first use: Pod Security `baseline`
 //! enforcement and an egress NetworkPolicy that keeps stacks away from the cloud metadata
 //! service (node credentials) and any configured CIDRs.
+//!
+//! In hostport mode Pod Security cannot enforce `baseline` (it forbids host ports), so the
+//! admission policy of `functions/kubernetes-rbac.yaml` enforces it instead: stacks are
+//! created only once its binding exists and the namespace is one it selects.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::networking::v1::{
     IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyPeer, NetworkPolicySpec,
@@ -16,9 +21,12 @@ use kube::{Api, Client};
 use tokio::sync::OnceCell;
 
 use super::ClusterError;
-use crate::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use crate::model::{Exposure, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
 pub(super) const EGRESS_POLICY_NAME: &str = "stack-provisioner-egress-guard";
+/// The binding of the Pod Security `baseline` admission policy (`functions/kubernetes-rbac.yaml`).
+const ADMISSION_POLICY_BINDING: &str = "stack-provisioner-pod-baseline";
+const ENFORCE_LABEL: &str = "pod-security.kubernetes.io/enforce";
 const FIELD_MANAGER: &str = "stack-provisioner";
 /// A found ingress policy is trusted this long before we look again.
 const INGRESS_CHECK_TTL: Duration = Duration::from_secs(60);
@@ -36,16 +44,18 @@ pub(crate) struct NamespaceGuard {
     client: Client,
     namespace: String,
     policy: NamespacePolicy,
+    exposure: Exposure,
     ensured: OnceCell<()>,
     ingress_seen_at: Mutex<Option<Instant>>,
 }
 
 impl NamespaceGuard {
-    pub(crate) fn new(client: Client, namespace: &str, policy: NamespacePolicy) -> Self {
+    pub(crate) fn new(client: Client, namespace: &str, policy: NamespacePolicy, exposure: Exposure) -> Self {
         Self {
             client,
             namespace: namespace.to_owned(),
             policy,
+            exposure,
             ensured: OnceCell::new(),
             ingress_seen_at: Mutex::new(None),
         }
@@ -68,13 +78,19 @@ impl NamespaceGuard {
         {
             Some(existing) => {
                 let labels = existing.metadata.labels.unwrap_or_default();
-                if !labels.contains_key("pod-security.kubernetes.io/enforce") {
+                if let Some(problem) = unfit_labels(&self.namespace, &labels, self.exposure) {
+                    return Err(ClusterError::Unguarded(problem));
+                }
+                if self.exposure == Exposure::NodePort && !labels.contains_key(ENFORCE_LABEL) {
                     tracing::warn!(namespace = %self.namespace, "stack namespace exists without Pod Security enforcement");
                 }
             }
             None => {
                 let created = namespaces
-                    .create(&PostParams::default(), &namespace_object(&self.namespace))
+                    .create(
+                        &PostParams::default(),
+                        &namespace_object(&self.namespace, self.exposure),
+                    )
                     .await;
                 match created {
                     Ok(_) => tracing::info!(namespace = %self.namespace, "created stack namespace"),
@@ -83,6 +99,9 @@ impl NamespaceGuard {
                 }
                 self.ensure_default_service_account().await?;
             }
+        }
+        if self.exposure == Exposure::HostPort {
+            self.check_admission_policy().await?;
         }
         let policies: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), &self.namespace);
         let policy = egress_guard(&self.policy.deny_egress_cidrs);
@@ -95,6 +114,23 @@ impl NamespaceGuard {
             .await
             .map_err(|e| ClusterError::from_kube("apply network policy", e))?;
         Ok(())
+    }
+
+    /// Host ports are only offered while the admission policy guards the namespace in Pod
+    /// Security's place.
+    async fn check_admission_policy(&self) -> Result<(), ClusterError> {
+        let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(self.client.clone());
+        match bindings
+            .get_opt(ADMISSION_POLICY_BINDING)
+            .await
+            .map_err(|e| ClusterError::from_kube("get admission policy binding", e))?
+        {
+            Some(_) => Ok(()),
+            None => Err(ClusterError::Unguarded(format!(
+                "STACK_EXPOSURE=hostport needs the admission policy binding {ADMISSION_POLICY_BINDING} \
+                 (kubectl apply -f functions/kubernetes-rbac.yaml)"
+            ))),
+        }
     }
 
     /// Pod admission needs the `default` service account, which a controller creates shortly
@@ -143,16 +179,43 @@ impl NamespaceGuard {
     }
 }
 
-fn namespace_object(name: &str) -> Namespace {
-    let labels = BTreeMap::from([
-        ("pod-security.kubernetes.io/enforce".to_owned(), "baseline".to_owned()),
-        (
-            "pod-security.kubernetes.io/enforce-version".to_owned(),
-            "latest".to_owned(),
-        ),
-        ("pod-security.kubernetes.io/warn".to_owned(), "baseline".to_owned()),
-        (MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned()),
-    ]);
+/// Why an existing namespace cannot take this mode's stacks: in hostport mode, Pod Security
+/// enforcing more than `privileged` (it would refuse every pod), or no managed-by label (the
+/// admission policy would not select it).
+fn unfit_labels(name: &str, labels: &BTreeMap<String, String>, exposure: Exposure) -> Option<String> {
+    if exposure != Exposure::HostPort {
+        return None;
+    }
+    if labels.get(MANAGED_BY_LABEL).map(String::as_str) != Some(MANAGED_BY_VALUE) {
+        return Some(format!(
+            "namespace {name} lacks the label {MANAGED_BY_LABEL}={MANAGED_BY_VALUE} by which the admission policy selects it"
+        ));
+    }
+    match labels.get(ENFORCE_LABEL).map(String::as_str) {
+        None | Some("privileged") => None,
+        Some(level) => Some(format!(
+            "namespace {name} enforces Pod Security {level}, which forbids host ports: set {ENFORCE_LABEL}=privileged \
+             (the admission policy enforces baseline instead) or use STACK_EXPOSURE=nodeport"
+        )),
+    }
+}
+
+/// The namespace as the functions create it: Pod Security `baseline`, or in hostport mode
+/// `privileged` (the admission policy selecting the managed-by label enforces baseline).
+fn namespace_object(name: &str, exposure: Exposure) -> Namespace {
+    let security = match exposure {
+        Exposure::NodePort => vec![
+            (ENFORCE_LABEL, "baseline"),
+            ("pod-security.kubernetes.io/enforce-version", "latest"),
+            ("pod-security.kubernetes.io/warn", "baseline"),
+        ],
+        Exposure::HostPort => vec![(ENFORCE_LABEL, "privileged")],
+    };
+    let labels = security
+        .into_iter()
+        .chain([(MANAGED_BY_LABEL, MANAGED_BY_VALUE)])
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
     Namespace {
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
@@ -233,6 +296,23 @@ mod tests {
         assert_eq!(blocks[0].except.as_deref().unwrap(), ["169.254.0.0/16", "10.0.0.0/8"]);
         assert_eq!(blocks[1].cidr, "::/0");
         assert_eq!(blocks[1].except.as_deref().unwrap(), ["fd00:ec2::254/128", "fd00::/8"]);
+    }
+
+    #[test]
+    fn a_hostport_namespace_drops_pod_security_but_keeps_the_label_the_policy_selects() {
+        let labels = |e| namespace_object("stacks", e).metadata.labels.unwrap();
+        let nodeport = labels(Exposure::NodePort);
+        assert_eq!(nodeport[ENFORCE_LABEL], "baseline");
+        let hostport = labels(Exposure::HostPort);
+        assert_eq!(hostport[ENFORCE_LABEL], "privileged");
+        assert_eq!(hostport[MANAGED_BY_LABEL], MANAGED_BY_VALUE);
+        assert_eq!(unfit_labels("stacks", &hostport, Exposure::HostPort), None);
+        // A namespace made for nodeport cannot take host ports until relabelled.
+        let why = unfit_labels("stacks", &nodeport, Exposure::HostPort).unwrap();
+        assert!(why.contains("enforces Pod Security baseline"), "{why}");
+        assert_eq!(unfit_labels("stacks", &nodeport, Exposure::NodePort), None);
+        let unlabelled = BTreeMap::from([(ENFORCE_LABEL.to_owned(), "privileged".to_owned())]);
+        assert!(unfit_labels("stacks", &unlabelled, Exposure::HostPort).is_some());
     }
 
     #[test]

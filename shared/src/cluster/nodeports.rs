@@ -1,44 +1,61 @@
-//! Choosing node ports so that concurrent creators (many Lambdas) rarely collide.
+//! Choosing ports of the range so that concurrent creators (many Lambdas) rarely collide.
 //!
-//! Each process keeps a view of the ports in use (refreshed from a service list when stale)
-//! and draws uniformly at random among the ports it believes free. Two creators then only
-//! collide when they draw the same free port at the same moment, which stays rare even at
-//! 90% occupancy; the apiserver's allocator catches the rest and we draw again.
+//! A port has `slots`: 1 for a NodePort Service (it takes the port on every node), one per
+//! schedulable stack node for a `hostPort` (it takes the port on its own node only). Each
+//! process keeps a view of how many slots of each port are taken (refreshed from the cluster
+//! when stale) and draws at random among the least-used ports it believes to have a slot
+//! left. Spreading use evenly keeps every port placeable on some node until the range is
+//! truly full, and random draws make two creators collide only when they draw the same port
+//! at the same moment; the apiserver's allocator (NodePort) or the scheduler's NodePorts
+//! filter (hostPort) catches the rest and we draw again.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use rand::seq::IndexedRandom;
+use rand::seq::SliceRandom;
 
 /// Older views are refreshed before the next pick.
 const VIEW_MAX_AGE: Duration = Duration::from_secs(30);
 
-pub(crate) struct NodePortPicker {
+pub(crate) struct PortPicker {
     min: u16,
     max: u16,
     view: Mutex<View>,
 }
 
 struct View {
-    used: HashSet<u16>,
+    /// Slots taken per port; a port held on every node counts as `u32::MAX`.
+    used: HashMap<u16, u32>,
+    /// Slots per port.
+    slots: u32,
     refreshed_at: Option<Instant>,
 }
 
-impl NodePortPicker {
+/// What the cluster holds of the range.
+#[derive(Debug, Default)]
+pub(crate) struct PortUse {
+    /// Ports held on every node (NodePort services).
+    pub(crate) everywhere: Vec<u16>,
+    /// Ports held on one node each (host ports of pods), once per pod holding it.
+    pub(crate) on_one_node: Vec<u16>,
+}
+
+impl PortPicker {
     pub(crate) fn new(min: u16, max: u16) -> Self {
         Self {
             min,
             max,
             view: Mutex::new(View {
-                used: HashSet::new(),
+                used: HashMap::new(),
+                slots: 1,
                 refreshed_at: None,
             }),
         }
     }
 
     fn view(&self) -> std::sync::MutexGuard<'_, View> {
-        // A panic while holding this lock cannot leave the set inconsistent.
+        // A panic while holding this lock cannot leave the counts inconsistent.
         self.view.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
@@ -46,34 +63,63 @@ impl NodePortPicker {
         self.view().refreshed_at.is_none_or(|at| at.elapsed() > VIEW_MAX_AGE)
     }
 
-    pub(crate) fn replace_used(&self, used: impl IntoIterator<Item = u16>) {
+    /// Replaces the view with what the cluster holds, `slots` per port.
+    pub(crate) fn replace(&self, held: &PortUse, slots: u32) {
         let mut view = self.view();
-        view.used = used.into_iter().collect();
+        view.used.clear();
+        view.slots = slots;
+        for &port in &held.on_one_node {
+            let used = view.used.entry(port).or_default();
+            *used = used.saturating_add(1);
+        }
+        for &port in &held.everywhere {
+            view.used.insert(port, u32::MAX);
+        }
         view.refreshed_at = Some(Instant::now());
     }
 
     pub(crate) fn mark_used(&self, ports: impl IntoIterator<Item = u16>) {
-        self.view().used.extend(ports);
+        let mut view = self.view();
+        for port in ports {
+            let used = view.used.entry(port).or_default();
+            *used = used.saturating_add(1);
+        }
+    }
+
+    /// Marks `ports` as having no slot left (the cluster said so), until the next refresh.
+    pub(crate) fn mark_full(&self, ports: impl IntoIterator<Item = u16>) {
+        let mut view = self.view();
+        for port in ports {
+            view.used.insert(port, u32::MAX);
+        }
     }
 
     pub(crate) fn mark_free(&self, ports: impl IntoIterator<Item = u16>) {
         let mut view = self.view();
         for port in ports {
-            view.used.remove(&port);
+            if let Some(used) = view.used.get_mut(&port) {
+                *used = used.saturating_sub(1);
+            }
         }
     }
 
-    /// `count` distinct ports believed free and not in `exclude`, or `None` if there are too few.
+    /// `count` distinct ports believed to have a slot left and not in `exclude`, least used
+    /// first, at random among equals; `None` if there are too few.
     pub(crate) fn pick(&self, count: usize, exclude: &HashSet<u16>) -> Option<Vec<u16>> {
         let view = self.view();
-        let free: Vec<u16> = (self.min..=self.max)
-            .filter(|p| !view.used.contains(p) && !exclude.contains(p))
+        let mut free: Vec<(u32, u16)> = (self.min..=self.max)
+            .filter(|p| !exclude.contains(p))
+            .map(|p| (view.used.get(&p).copied().unwrap_or(0), p))
+            .filter(|&(used, _)| used < view.slots)
             .collect();
         drop(view);
         if free.len() < count {
             return None;
         }
-        Some(free.choose_multiple(&mut rand::rng(), count).copied().collect())
+        free.shuffle(&mut rand::rng());
+        // Stable: equals keep their random order.
+        free.sort_by_key(|&(used, _)| used);
+        Some(free.iter().take(count).map(|&(_, port)| port).collect())
     }
 }
 
@@ -81,10 +127,17 @@ impl NodePortPicker {
 mod tests {
     use super::*;
 
+    fn held(everywhere: &[u16], on_one_node: &[u16]) -> PortUse {
+        PortUse {
+            everywhere: everywhere.to_vec(),
+            on_one_node: on_one_node.to_vec(),
+        }
+    }
+
     #[test]
     fn picks_distinct_free_ports_in_range() {
-        let picker = NodePortPicker::new(31001, 31010);
-        picker.replace_used([31001, 31002, 31003]);
+        let picker = PortPicker::new(31001, 31010);
+        picker.replace(&held(&[31001, 31002], &[31003]), 1);
         let exclude = HashSet::from([31004]);
         for _ in 0..200 {
             let ports = picker.pick(3, &exclude).unwrap();
@@ -96,8 +149,8 @@ mod tests {
 
     #[test]
     fn exhausted_range_yields_none_and_freed_ports_return() {
-        let picker = NodePortPicker::new(31001, 31003);
-        picker.replace_used([31001, 31002, 31003]);
+        let picker = PortPicker::new(31001, 31003);
+        picker.replace(&held(&[], &[31001, 31002, 31003]), 1);
         assert_eq!(picker.pick(1, &HashSet::new()), None);
         picker.mark_free([31002]);
         assert_eq!(picker.pick(1, &HashSet::new()), Some(vec![31002]));
@@ -105,19 +158,36 @@ mod tests {
     }
 
     #[test]
+    fn host_ports_take_one_slot_per_node_and_the_least_used_goes_first() {
+        // 3 nodes: a port is full once 3 pods hold it; a service's port is full at once.
+        let picker = PortPicker::new(31001, 31004);
+        picker.replace(&held(&[31004], &[31001, 31001, 31001, 31002, 31002, 31003]), 3);
+        assert_eq!(picker.pick(1, &HashSet::new()), Some(vec![31003]));
+        assert_eq!(picker.pick(2, &HashSet::new()), Some(vec![31003, 31002]));
+        assert_eq!(picker.pick(3, &HashSet::new()), None);
+        picker.mark_used([31003, 31003]);
+        assert_eq!(picker.pick(1, &HashSet::new()), Some(vec![31002]));
+        picker.mark_free([31003]);
+        picker.mark_full([31002]);
+        assert_eq!(picker.pick(1, &HashSet::new()), Some(vec![31003]));
+        picker.mark_used([31003]);
+        assert_eq!(picker.pick(1, &HashSet::new()), None);
+    }
+
+    #[test]
     fn staleness_follows_refresh() {
-        let picker = NodePortPicker::new(31001, 31003);
+        let picker = PortPicker::new(31001, 31003);
         assert!(picker.is_stale());
-        picker.replace_used([]);
+        picker.replace(&PortUse::default(), 1);
         assert!(!picker.is_stale());
     }
 
     #[test]
     fn concurrent_creators_rarely_collide_at_ninety_percent() {
         // 32 creators with the same (fresh) view of a 90%-full range draw at once.
-        let picker = NodePortPicker::new(31001, 32767);
+        let picker = PortPicker::new(31001, 32767);
         let used: Vec<u16> = (31001..=32767).filter(|p| p % 10 != 0).collect();
-        picker.replace_used(used);
+        picker.replace(&held(&used, &[]), 1);
         let mut collisions = 0;
         let trials = 200;
         for _ in 0..trials {

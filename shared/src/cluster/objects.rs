@@ -2,12 +2,12 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Pod, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::{ContainerPort, Pod, Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::ClusterError;
-use crate::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, PortMapping, STACK_ID_LABEL, StackId};
+use crate::model::{HOST_PORTS_ANNOTATION, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PortMapping, STACK_ID_LABEL, StackId};
 
 /// The NodePort service exposing `ports` of the stack's pod. It is owned by the pod so that
 /// the garbage collector removes it with the pod even if every other cleanup fails.
@@ -61,6 +61,39 @@ pub fn stack_service(id: &StackId, namespace: &str, ports: &[PortMapping], pod: 
     })
 }
 
+/// `pod` with each of `ports` bound to its host port: on the first container port declaring
+/// it (the validator made sure one does), and listed in [`HOST_PORTS_ANNOTATION`].
+pub fn with_host_ports(pod: &Pod, ports: &[PortMapping]) -> Pod {
+    let mut pod = pod.clone();
+    let containers = pod.spec.iter_mut().flat_map(|s| s.containers.iter_mut());
+    let mut declared: Vec<&mut ContainerPort> = containers.flat_map(|c| c.ports.iter_mut().flatten()).collect();
+    for mapping in ports {
+        let target = declared.iter_mut().find(|p| {
+            p.container_port == i32::from(mapping.container_port)
+                && p.protocol.as_deref().unwrap_or("TCP") == mapping.protocol.as_str()
+                && p.host_port.is_none()
+        });
+        if let Some(port) = target {
+            port.host_port = Some(i32::from(mapping.node_port));
+        }
+    }
+    let listed: Vec<String> = ports.iter().map(|p| p.node_port.to_string()).collect();
+    pod.metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(HOST_PORTS_ANNOTATION.to_owned(), listed.join(","));
+    pod
+}
+
+/// Host ports a pod's [`HOST_PORTS_ANNOTATION`] lists.
+pub(crate) fn host_ports_of(meta: &ObjectMeta) -> Vec<u16> {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(HOST_PORTS_ANNOTATION))
+        .map(|listed| listed.split(',').filter_map(|p| p.trim().parse().ok()).collect())
+        .unwrap_or_default()
+}
+
 /// Node ports a service holds.
 pub(crate) fn node_ports_of(service: &Service) -> Vec<u16> {
     service
@@ -69,4 +102,62 @@ pub(crate) fn node_ports_of(service: &Service) -> Vec<u16> {
         .flat_map(|s| s.ports.iter().flatten())
         .filter_map(|p| p.node_port.and_then(|n| u16::try_from(n).ok()))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{Container, PodSpec};
+
+    use super::*;
+    use crate::model::Protocol;
+
+    fn port(container_port: i32, protocol: Option<&str>) -> ContainerPort {
+        ContainerPort {
+            container_port,
+            protocol: protocol.map(Into::into),
+            ..ContainerPort::default()
+        }
+    }
+
+    #[test]
+    fn host_ports_go_on_the_declared_ports_and_into_the_annotation() {
+        let pod = Pod {
+            spec: Some(PodSpec {
+                containers: vec![
+                    Container {
+                        name: "web".into(),
+                        ports: Some(vec![port(80, None), port(9000, None)]),
+                        ..Container::default()
+                    },
+                    Container {
+                        name: "dns".into(),
+                        ports: Some(vec![port(53, Some("UDP")), port(80, None)]),
+                        ..Container::default()
+                    },
+                ],
+                ..PodSpec::default()
+            }),
+            ..Pod::default()
+        };
+        let mapping = |container_port, protocol, node_port| PortMapping {
+            container_port,
+            protocol,
+            node_port,
+        };
+        let bound = with_host_ports(
+            &pod,
+            &[mapping(53, Protocol::Udp, 31001), mapping(80, Protocol::Tcp, 31002)],
+        );
+        let spec = bound.spec.as_ref().unwrap();
+        let host = |c: usize, p: usize| spec.containers[c].ports.as_ref().unwrap()[p].host_port;
+        assert_eq!(host(0, 0), Some(31002));
+        assert_eq!(
+            (host(0, 1), host(1, 1)),
+            (None, None),
+            "only the first declaration is bound"
+        );
+        assert_eq!(host(1, 0), Some(31001));
+        assert_eq!(host_ports_of(&bound.metadata), [31001, 31002]);
+        assert!(host_ports_of(&pod.metadata).is_empty());
+    }
 }

@@ -47,6 +47,32 @@ pub fn scheduling_of(pod: &Pod) -> Scheduling {
     }
 }
 
+/// Whether the scheduler's refusal names taken host ports (the NodePorts filter): another
+/// choice of ports may fit where these did not.
+pub fn is_port_conflict(unschedulable: &str) -> bool {
+    unschedulable.contains("didn't have free ports")
+}
+
+/// A node stacks may be placed on now: labelled `role=<role>`, Ready, not cordoned.
+pub fn is_schedulable_stack_node(node: &Node, role: &str) -> bool {
+    let has_role = node
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("role"))
+        .is_some_and(|v| v == role);
+    let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+    has_role && !cordoned && is_ready(node)
+}
+
+/// The node's Ready condition is `True`.
+pub fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
 /// The stack status a pod's phase means.
 pub fn observed_status(pod: &Pod) -> StackStatus {
     match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
@@ -106,6 +132,15 @@ mod tests {
             scheduling_of(&pod(None, Some("Pending"), vec![refused])),
             Scheduling::Unschedulable("0/3 nodes are available".into())
         );
+    }
+
+    #[test]
+    fn only_the_node_ports_filter_is_a_port_conflict() {
+        // kube-scheduler 1.34's messages.
+        assert!(is_port_conflict(
+            "0/3 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 2 node(s) didn't have free ports for the requested pod ports. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+        ));
+        assert!(!is_port_conflict("0/2 nodes are available: 2 Insufficient cpu."));
     }
 
     #[test]

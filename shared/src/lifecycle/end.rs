@@ -63,11 +63,11 @@ pub struct Removal {
 }
 
 impl Removal {
-    /// Removes the record's pod and service by name.
+    /// Removes the record's pod and service (if its mode has one) by name.
     pub fn of(record: StackRecord, reason: RemovalReason, mark: Option<ObservedState>) -> Self {
         Self {
             pod: Some(record.pod_id.clone()),
-            service: Some(record.service_name.clone()),
+            service: record.service().map(str::to_owned),
             record,
             reason,
             mark,

@@ -95,7 +95,8 @@ pub fn judge(record: &StackRecord, observed: Observed<'_>, now: Timestamp, rules
     let Some(pod) = observed.pod.filter(|p| present(&p.object)) else {
         return Verdict::end(RemovalReason::PodMissing);
     };
-    if observed.service.filter(|s| present(&s.object)).is_none() {
+    // A hostport stack has no Service: its pod holds its ports.
+    if record.exposure.has_service() && observed.service.filter(|s| present(&s.object)).is_none() {
         return Verdict::end(RemovalReason::ServiceMissing);
     }
     let (node_id, node_public_ip) = match &pod.scheduling {

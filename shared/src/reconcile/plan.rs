@@ -114,13 +114,13 @@ pub fn plan(snapshot: Snapshot, now: Timestamp, config: &PlanConfig) -> Plan {
 
     for record in &snapshot.records {
         claimed_pods.insert(record.pod_id.as_str());
-        claimed_services.insert(record.service_name.as_str());
+        claimed_services.extend(record.service());
         if record.namespace != config.namespace {
             result.foreign += 1;
             continue;
         }
         let pod = objects.pods.get(record.pod_id.as_str()).copied();
-        let service = objects.services.get(record.service_name.as_str()).copied();
+        let service = record.service().and_then(|name| objects.services.get(name).copied());
         let node = pod.and_then(|p| objects.nodes.get(p.scheduling.node()?).copied());
         let observed = Observed { pod, service, node };
         match judge(record, observed, now, &config.rules) {

@@ -1,13 +1,15 @@
-//! Capacity and headroom (pure): node ports of the configured range, and per stack node the
-//! allocatable CPU and memory against what active stacks reserve. Computed from the records
-//! and the node list a stats call already reads, so it costs no cluster call of its own.
+//! Capacity and headroom (pure): ports of the configured range in the exposure mode's terms,
+//! and per stack node the allocatable CPU and memory against what active stacks reserve.
+//! Computed from the records and the node list a stats call already reads, so it costs no
+//! cluster call of its own.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Node;
 use serde::Serialize;
 
-use crate::model::StackRecord;
+use crate::cluster::{is_ready, is_schedulable_stack_node};
+use crate::model::{Exposure, StackRecord};
 use crate::validate::quantity::{parse_bytes, parse_cpu_milli};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -20,12 +22,69 @@ pub struct Capacity {
     pub allocatable_memory_bytes: i64,
 }
 
+/// Room for stacks' ports. A NodePort Service takes its port on every node, so in nodeport
+/// mode the range holds `range_ports` stack ports in all; a host port is taken on one node
+/// only, so in hostport mode it holds `range_ports × schedulable_nodes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct PortCapacity {
+    /// The mode new stacks get (`STACK_EXPOSURE`).
+    pub exposure: Exposure,
     /// Ports in `STACK_NODEPORT_MIN..=STACK_NODEPORT_MAX`.
+    pub range_ports: u32,
+    /// Stack nodes that take new pods now (labelled with the role, Ready, not cordoned).
+    pub schedulable_nodes: u32,
+    /// Stack ports the range holds in this mode.
     pub total: u32,
+    /// Taken by live stacks of either mode (a stack of the other mode, left from before a
+    /// switch, counts with what it blocks: a service's port on every node).
     pub used: u32,
     pub free: u32,
+}
+
+/// Where stacks' ports are and how many there may be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortSettings<'a> {
+    pub exposure: Exposure,
+    pub range: (u16, u16),
+    pub node_role: &'a str,
+}
+
+impl PortCapacity {
+    fn of(records: &[StackRecord], schedulable_nodes: u32, settings: &PortSettings<'_>) -> Self {
+        let (min, max) = settings.range;
+        let range_ports = u32::from(max.saturating_sub(min)) + u32::from(max >= min);
+        let ports_of = |exposure| {
+            records
+                .iter()
+                .filter(move |r| r.exposure == exposure)
+                .flat_map(|r| r.ports.iter().map(|p| p.node_port))
+        };
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        let (total, used) = match settings.exposure {
+            Exposure::NodePort => {
+                // Host ports left from hostport mode block their port for services.
+                let services: std::collections::HashSet<u16> = ports_of(Exposure::NodePort).collect();
+                let blocked = ports_of(Exposure::HostPort)
+                    .filter(|p| !services.contains(p))
+                    .collect::<std::collections::HashSet<u16>>();
+                let used = count(ports_of(Exposure::NodePort).count()).saturating_add(count(blocked.len()));
+                (range_ports, used)
+            }
+            Exposure::HostPort => {
+                let everywhere = count(ports_of(Exposure::NodePort).count()).saturating_mul(schedulable_nodes);
+                let used = count(ports_of(Exposure::HostPort).count()).saturating_add(everywhere);
+                (range_ports.saturating_mul(schedulable_nodes), used)
+            }
+        };
+        PortCapacity {
+            exposure: settings.exposure,
+            range_ports,
+            schedulable_nodes,
+            total,
+            used,
+            free: total.saturating_sub(used),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, utoipa::ToSchema)]
@@ -42,10 +101,14 @@ pub struct NodeCapacity {
 }
 
 impl Capacity {
-    pub fn of(records: &[StackRecord], nodes: &[Node], node_role: &str, port_range: (u16, u16)) -> Self {
+    pub fn of(records: &[StackRecord], nodes: &[Node], ports: &PortSettings<'_>) -> Self {
+        let schedulable = nodes
+            .iter()
+            .filter(|n| is_schedulable_stack_node(n, ports.node_role))
+            .count();
         let mut by_node: BTreeMap<String, NodeCapacity> = nodes
             .iter()
-            .filter(|n| has_role(n, node_role))
+            .filter(|n| has_role(n, ports.node_role))
             .filter_map(|n| Some((n.metadata.name.clone()?, node_capacity(n))))
             .collect();
         for record in records.iter().filter(|r| !r.node_id.is_empty()) {
@@ -57,15 +120,8 @@ impl Capacity {
                 node.reserved_memory_bytes += record.requested_memory_bytes;
             }
         }
-        let (min, max) = port_range;
-        let total = u32::from(max.saturating_sub(min)) + u32::from(max >= min);
-        let used = u32::try_from(records.iter().map(|r| r.ports.len()).sum::<usize>()).unwrap_or(u32::MAX);
         Capacity {
-            node_ports: PortCapacity {
-                total,
-                used,
-                free: total.saturating_sub(used),
-            },
+            node_ports: PortCapacity::of(records, u32::try_from(schedulable).unwrap_or(u32::MAX), ports),
             allocatable_cpu_milli: by_node.values().map(|n| n.allocatable_cpu_milli).sum(),
             allocatable_memory_bytes: by_node.values().map(|n| n.allocatable_memory_bytes).sum(),
             nodes: by_node,
@@ -90,9 +146,7 @@ fn node_capacity(node: &Node) -> NodeCapacity {
             .and_then(|q| parse(&q.0))
             .unwrap_or(0)
     };
-    let ready = status
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let ready = is_ready(node);
     NodeCapacity {
         allocatable_cpu_milli: quantity("cpu", |q| parse_cpu_milli(q).ok()),
         allocatable_memory_bytes: quantity("memory", |q| parse_bytes(q).ok()),
@@ -164,10 +218,13 @@ mod tests {
             record("a", StackStatus::Stopped, 1),
             record("", StackStatus::Creating, 1),
         ];
-        let c = Capacity::of(&records, &nodes, "stack", (31001, 31010));
+        let c = Capacity::of(&records, &nodes, &settings(Exposure::NodePort, (31001, 31010)));
         assert_eq!(
             c.node_ports,
             PortCapacity {
+                exposure: Exposure::NodePort,
+                range_ports: 10,
+                schedulable_nodes: 2,
                 total: 10,
                 used: 5,
                 free: 5
@@ -189,7 +246,49 @@ mod tests {
     #[test]
     fn more_ports_used_than_the_range_holds_leaves_none_free() {
         let records = [record("a", StackStatus::Running, 3)];
-        let c = Capacity::of(&records, &[], "stack", (31001, 31002));
+        let c = Capacity::of(&records, &[], &settings(Exposure::NodePort, (31001, 31002)));
         assert_eq!((c.node_ports.total, c.node_ports.free), (2, 0));
+    }
+
+    fn settings(exposure: Exposure, range: (u16, u16)) -> PortSettings<'static> {
+        PortSettings {
+            exposure,
+            range,
+            node_role: "stack",
+        }
+    }
+
+    #[test]
+    fn hostport_capacity_is_ports_times_schedulable_nodes_and_counts_leftover_services_everywhere() {
+        let mut cordoned = node("c", "stack", "2", "4Gi");
+        cordoned.spec.get_or_insert_default().unschedulable = Some(true);
+        let nodes = [
+            node("a", "stack", "2", "4Gi"),
+            node("b", "stack", "2", "4Gi"),
+            cordoned,
+            node("system", "infra", "8", "32Gi"),
+        ];
+        let records = [
+            record("a", StackStatus::Running, 2).exposure(Exposure::HostPort),
+            record("b", StackStatus::Running, 2).exposure(Exposure::HostPort),
+            // Left from nodeport mode: its one port is blocked on both nodes.
+            record("a", StackStatus::Running, 1),
+        ];
+        let c = Capacity::of(&records, &nodes, &settings(Exposure::HostPort, (31001, 31010)));
+        assert_eq!(
+            c.node_ports,
+            PortCapacity {
+                exposure: Exposure::HostPort,
+                range_ports: 10,
+                schedulable_nodes: 2,
+                total: 20,
+                used: 6,
+                free: 14
+            }
+        );
+        // Back in nodeport mode, the host ports (31001, 31002 on two nodes) block 2 ports, one
+        // of them also the service's.
+        let c = Capacity::of(&records, &nodes, &settings(Exposure::NodePort, (31001, 31010)));
+        assert_eq!((c.node_ports.total, c.node_ports.used, c.node_ports.free), (10, 2, 8));
     }
 }

@@ -6,9 +6,12 @@
 //! 1. validate (pure), take a create slot (or answer 503 at once: see [`super::admission`])
 //!    and claim the `Idempotency-Key` (if any) for a fresh stack id;
 //! 2. create the pod, labelled `managed-by` + `stack-id`;
-//! 3. create the NodePort service, labelled the same and owned by the pod (the garbage
-//!    collector deletes it with the pod);
-//! 4. wait for the scheduler (bounded);
+//! 3. expose it: in nodeport mode, create the NodePort service, labelled the same and owned
+//!    by the pod (the garbage collector deletes it with the pod); in hostport mode the pod
+//!    itself holds its ports (`hostPort`, chosen before step 2);
+//! 4. wait for the scheduler (bounded); in hostport mode, a refusal for taken ports (another
+//!    creator took them on every node meanwhile) deletes the pod and goes back to step 2 with
+//!    other ports, at most [`HOST_PORT_ATTEMPTS`] times;
 //! 5. write the stack record, last.
 //!
 //! Dying after 2 or 3 leaves labelled objects without a record: orphans the reconciler deletes
@@ -27,13 +30,18 @@ use std::time::Instant;
 
 use jiff::Timestamp;
 
+use std::collections::HashSet;
+
 use super::{StackError, Stacks, signed};
-use crate::cluster::{Scheduling, node_external_ip};
+use crate::cluster::{Scheduling, is_port_conflict, node_external_ip, with_host_ports};
 use crate::config::OnUnschedulable;
 use crate::deadlines::{ABANDONED_CLAIM_AGE, CREATE_CLEANUP_BUDGET, CREATE_WORK_BUDGET};
-use crate::model::{StackId, StackRecord, StackStatus, TargetPort};
+use crate::model::{Exposure, PortMapping, StackId, StackRecord, StackStatus, TargetPort};
 use crate::store::{IdempotencyClaim, Manifest, ObservedState, StoreError, StoredManifest};
 use crate::validate::{self, HardenedPod};
+
+/// Choices of host ports one create tries before answering 503.
+const HOST_PORT_ATTEMPTS: usize = 3;
 
 pub struct CreateRequest {
     pub manifest: String,
@@ -212,27 +220,81 @@ impl Stacks {
     ) -> Result<StackRecord, StackError> {
         self.cluster.prepare_namespace().await?;
         progress.reach(Reached::Cluster);
-        let pod = self.cluster.create_pod(&hardened.pod).await?;
-        let ports = self.cluster.create_service(id, &request.target_ports, &pod).await?;
-        let placement = self.await_placement(id, started).await?;
+        let (ports, placement) = match self.config.exposure {
+            Exposure::NodePort => {
+                let pod = self.cluster.create_pod(&hardened.pod).await?;
+                let ports = self.cluster.create_service(id, &request.target_ports, &pod).await?;
+                let scheduling = self.cluster.wait_scheduled(&id.pod_name(), self.left(started)).await?;
+                (ports, self.await_placement(id, scheduling, started).await?)
+            }
+            Exposure::HostPort => {
+                self.place_on_host_ports(id, &hardened, &request.target_ports, started)
+                    .await?
+            }
+        };
         let record = self.new_record(id, hardened, request, ports, placement);
         progress.reach(Reached::Record);
         self.put_record(&record, manifest).await?;
         Ok(record)
     }
 
-    /// Waits, within what is left of `STACK_CREATE_WAIT`, for the scheduler and then for the
-    /// pod to start: the stack answers `running` with its node and address when both happen in
-    /// time, else `creating` with what is known so far.
-    async fn await_placement(&self, id: &StackId, started: Instant) -> Result<ObservedState, StackError> {
-        let left = || self.config.create_wait.saturating_sub(started.elapsed());
+    /// What is left of `STACK_CREATE_WAIT`.
+    fn left(&self, started: Instant) -> std::time::Duration {
+        self.config.create_wait.saturating_sub(started.elapsed())
+    }
+
+    /// Steps 2-4 in hostport mode: the pod with host ports of the range that some node still
+    /// has free, as far as this process knows; other ports when the scheduler finds them
+    /// taken everywhere (the NodePorts filter), 503 when no choice is left.
+    async fn place_on_host_ports(
+        &self,
+        id: &StackId,
+        hardened: &HardenedPod,
+        targets: &[TargetPort],
+        started: Instant,
+    ) -> Result<(Vec<PortMapping>, ObservedState), StackError> {
+        let mut rejected = HashSet::new();
+        let mut refreshed = false;
+        for attempt in 1..=HOST_PORT_ATTEMPTS {
+            let ports = self.cluster.pick_ports(targets, &rejected, &mut refreshed).await?;
+            self.cluster.create_pod(&with_host_ports(&hardened.pod, &ports)).await?;
+            self.cluster.mark_host_ports_used(&ports);
+            let scheduling = self.cluster.wait_scheduled(&id.pod_name(), self.left(started)).await?;
+            match scheduling {
+                Scheduling::Unschedulable(why) if is_port_conflict(&why) => {
+                    tracing::debug!(stack_id = %id, attempt, ?ports, "host ports taken on every node, choosing again");
+                    self.cluster.delete_pod(&id.pod_name()).await?;
+                    self.cluster.release_node_ports(&ports);
+                    if let [only] = ports.as_slice() {
+                        // Alone, it is certainly the taken one.
+                        self.cluster.mark_ports_full(std::slice::from_ref(only));
+                    }
+                    rejected.extend(ports.iter().map(|p| p.node_port));
+                }
+                scheduling => return Ok((ports, self.await_placement(id, scheduling, started).await?)),
+            }
+        }
+        Err(StackError::Saturated(format!(
+            "no node has the chosen host ports free after {HOST_PORT_ATTEMPTS} choices"
+        )))
+    }
+
+    /// After the scheduler's `scheduling` decision, waits within what is left of
+    /// `STACK_CREATE_WAIT` for the pod to start: the stack answers `running` with its node and
+    /// address when it does in time, else `creating` with what is known so far.
+    async fn await_placement(
+        &self,
+        id: &StackId,
+        scheduling: Scheduling,
+        started: Instant,
+    ) -> Result<ObservedState, StackError> {
         let not_placed = ObservedState {
             status: StackStatus::Creating,
             node_id: String::new(),
             node_public_ip: None,
         };
         let pod_name = id.pod_name();
-        match self.cluster.wait_scheduled(&pod_name, left()).await? {
+        match scheduling {
             Scheduling::Unschedulable(why) => match self.config.on_unschedulable {
                 OnUnschedulable::Fail => Err(StackError::Saturated(why)),
                 // Left pending for an autoscaler to add a node; the lifecycle rule ends it
@@ -243,7 +305,7 @@ impl Stacks {
             Scheduling::Scheduled(node_name) => {
                 let (node, status) = tokio::try_join!(
                     self.cluster.get_node(&node_name),
-                    self.cluster.wait_started(&pod_name, left())
+                    self.cluster.wait_started(&pod_name, self.left(started))
                 )?;
                 Ok(ObservedState {
                     status,
@@ -271,7 +333,11 @@ impl Stacks {
             node_public_ip: placement.node_public_ip,
             pod_spec: hardened.yaml,
             ports,
-            service_name: id.service_name(),
+            exposure: self.config.exposure,
+            service_name: match self.config.exposure {
+                Exposure::NodePort => id.service_name(),
+                Exposure::HostPort => String::new(),
+            },
             status: placement.status,
             ttl_expires_at: now.saturating_add(signed(self.config.ttl)).unwrap_or(now),
             created_at: now,

@@ -12,11 +12,11 @@ use std::sync::Arc;
 use jiff::{SignedDuration, Timestamp};
 
 pub use batch::JobProgress;
-pub use capacity::{Capacity, NodeCapacity, PortCapacity};
+pub use capacity::{Capacity, NodeCapacity, PortCapacity, PortSettings};
 pub use create::{CreateOutcome, CreateRequest};
 pub use read::{ListPage, Stats};
 
-use crate::cluster::{self, Cluster, ClusterError, NamespacePolicy};
+use crate::cluster::{self, Cluster, ClusterError, NamespacePolicy, PortPolicy};
 use crate::config::{Config, ConfigError};
 use crate::lifecycle::end::{ObjectKind, RecordWrite, RemoveError, StackRemover};
 use crate::lifecycle::{Removal, RemovalReason, end_stack};
@@ -124,6 +124,7 @@ impl From<ClusterError> for StackError {
             ClusterError::MissingIngressPolicy(ns) => StackError::Unavailable(format!(
                 "stack creation refused: namespace {ns} has no ingress NetworkPolicy"
             )),
+            ClusterError::Unguarded(why) => StackError::Unavailable(format!("stack creation refused: {why}")),
             other => StackError::Cluster(other),
         }
     }
@@ -157,12 +158,12 @@ impl Stacks {
             deny_egress_cidrs: config.deny_egress_cidrs.clone(),
             require_ingress_policy: config.require_ingress_network_policy,
         };
-        let cluster = Cluster::new(
-            client,
-            &config.namespace,
-            namespace_policy,
-            (config.nodeport_min, config.nodeport_max),
-        );
+        let port_policy = PortPolicy {
+            exposure: config.exposure,
+            range: (config.nodeport_min, config.nodeport_max),
+            node_role: config.node_role.clone(),
+        };
+        let cluster = Cluster::new(client, &config.namespace, namespace_policy, port_policy);
         Ok(Self::new(Arc::new(config), store, cluster, policy))
     }
 

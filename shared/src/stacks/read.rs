@@ -7,7 +7,7 @@ use futures::stream::{self, StreamExt};
 use jiff::Timestamp;
 use serde::Serialize;
 
-use super::capacity::Capacity;
+use super::capacity::{Capacity, PortSettings};
 use super::{StackError, Stacks};
 use crate::lifecycle::end::{RecordWrite, StackRemover};
 use crate::lifecycle::views::{NodeView, PodView, ServiceView};
@@ -82,10 +82,13 @@ impl Stacks {
 
     async fn refresh(&self, id: &StackId, manifest: Manifest) -> Result<StackRecord, StackError> {
         let record = self.store.get_stack(id, manifest).await?.ok_or(StackError::NotFound)?;
-        let (pod, service) = tokio::try_join!(
-            self.cluster.get_pod(&record.pod_id),
-            self.cluster.get_service(&record.service_name)
-        )?;
+        let service = async {
+            match record.service() {
+                Some(name) => self.cluster.get_service(name).await,
+                None => Ok(None),
+            }
+        };
+        let (pod, service) = tokio::try_join!(self.cluster.get_pod(&record.pod_id), service)?;
         let node_name = pod.as_ref().and_then(|p| p.spec.as_ref()?.node_name.clone());
         let node = match node_name {
             Some(name) => self.cluster.get_node(&name).await?,
@@ -205,12 +208,12 @@ impl Stacks {
             async { self.cluster.list_nodes().await.map_err(StackError::from) },
         )?;
         let config = &self.config;
-        let capacity = Capacity::of(
-            &records,
-            &nodes,
-            &config.node_role,
-            (config.nodeport_min, config.nodeport_max),
-        );
+        let ports = PortSettings {
+            exposure: config.exposure,
+            range: (config.nodeport_min, config.nodeport_max),
+            node_role: &config.node_role,
+        };
+        let capacity = Capacity::of(&records, &nodes, &ports);
         Ok(Stats::of(&records, capacity))
     }
 

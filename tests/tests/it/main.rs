@@ -11,6 +11,7 @@ mod api;
 mod dashboard;
 mod eks_token;
 mod ground;
+mod hostport;
 mod insights;
 mod reconciler;
 mod store;

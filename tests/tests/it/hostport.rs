@@ -1,0 +1,273 @@
+//! `STACK_EXPOSURE=hostport` against the real apiserver and scheduler: the pod holds its port
+//! (no Service), a port serves one stack per node, the scheduler's NodePorts filter decides,
+//! and a switch of mode leaves the other mode's stacks alive.
+
+use std::collections::{BTreeMap, HashSet};
+
+use http::Method;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::{Value, json};
+use stack_tests::api::{ApiHarness, Reply, WEB_POD};
+use stack_tests::env::{SimulatedNode, TestEnv, nodes, unique_name};
+use stack_tests::reconciler::{TestReconciler, add_schedulable_node};
+
+fn stack_id(reply: &Reply) -> String {
+    reply.json["stack_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no stack_id in {}", reply.json))
+        .to_owned()
+}
+
+/// Two stack nodes of a role of their own (so that no other test's pods land there), with
+/// distinct public addresses.
+struct StackNodes {
+    env: TestEnv,
+    role: String,
+    nodes: Vec<SimulatedNode>,
+}
+
+impl StackNodes {
+    async fn add() -> Self {
+        let env = TestEnv::connect().await.expect("local environment (run tests/env/up)");
+        let role = unique_name("hp");
+        let mut nodes = Vec::new();
+        for i in 0..2 {
+            let node = SimulatedNode::new(&format!("{role}-{i}"))
+                .role(&role)
+                .external_ip(&format!("203.0.113.{}", 100 + i));
+            add_schedulable_node(&env, &node).await.expect("node");
+            nodes.push(node);
+        }
+        Self { env, role, nodes }
+    }
+
+    async fn remove(self) {
+        for node in &self.nodes {
+            nodes::delete_node(&self.env.kube, &node.name)
+                .await
+                .expect("delete node");
+        }
+    }
+}
+
+/// A harness over an existing harness's namespace and table, as a second Lambda sandbox (its
+/// own clients and port view) with its own settings.
+async fn sandbox_of(api: &ApiHarness, settings: &[(&str, &str)]) -> ApiHarness {
+    let mut vars = vec![
+        ("STACK_NAMESPACE", api.namespace.as_str()),
+        ("DDB_STACK_TABLE", api.table.name()),
+    ];
+    vars.extend_from_slice(settings);
+    ApiHarness::with_env(&vars).await
+}
+
+/// (node, host port) of each of our pods.
+fn placements(pods: &[Pod]) -> Vec<(String, i32)> {
+    pods.iter()
+        .map(|pod| {
+            let spec = pod.spec.as_ref().expect("spec");
+            let host_port = spec
+                .containers
+                .iter()
+                .flat_map(|c| c.ports.iter().flatten())
+                .find_map(|p| p.host_port)
+                .expect("a host port");
+            (spec.node_name.clone().unwrap_or_default(), host_port)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_hostport_stack_holds_its_port_on_its_node_and_a_port_serves_one_stack_per_node() {
+    let nodes = StackNodes::add().await;
+    let made = &nodes.nodes;
+    let settings = [
+        ("STACK_EXPOSURE", "hostport"),
+        ("STACK_NODE_ROLE", nodes.role.as_str()),
+        // One port: two nodes hold two stacks.
+        ("STACK_NODEPORT_MIN", "31001"),
+        ("STACK_NODEPORT_MAX", "31001"),
+    ];
+    let api = ApiHarness::with_env(&settings).await;
+
+    let first = api.create(WEB_POD, json!(80)).await;
+    let second = api.create(WEB_POD, json!(80)).await;
+    for created in [&first, &second] {
+        assert_eq!(created.status, 201, "{}", created.json);
+        assert_eq!(created.json["node_port"], 31001, "{}", created.json);
+        assert_eq!(created.json["ports"][0]["node_port"], 31001, "{}", created.json);
+        assert_eq!(created.json["service_name"], "", "{}", created.json);
+    }
+    let pods = api.managed_pods().await;
+    let mut on = placements(&pods);
+    on.sort();
+    assert_eq!(
+        on,
+        [(made[0].name.clone(), 31001), (made[1].name.clone(), 31001)],
+        "one stack per node on the one port"
+    );
+    assert!(
+        api.managed_services().await.is_empty(),
+        "hostport stacks have no service"
+    );
+    let namespace = Api::<Namespace>::all(api.env.kube.clone())
+        .get(&api.namespace)
+        .await
+        .expect("namespace");
+    let labels = namespace.metadata.labels.unwrap_or_default();
+    assert_eq!(labels["pod-security.kubernetes.io/enforce"], "privileged");
+    assert_eq!(labels["app.kubernetes.io/managed-by"], "stack-provisioner");
+
+    // Reads find them alive (no Service is not "service missing"), at their node's address.
+    let id = stack_id(&first);
+    let read = api.call(Method::GET, &format!("/stacks/{id}"), None).await;
+    assert_eq!(read.status, 200, "{}", read.json);
+    let node = read.json["node_id"].as_str().expect("placed").to_owned();
+    let address = made.iter().find(|n| n.name == node).and_then(|n| n.external_ip.clone());
+    assert_eq!(read.json["node_public_ip"].as_str(), address.as_deref());
+
+    let stats = api.call(Method::GET, "/stats", None).await;
+    assert_eq!(
+        stats.json["capacity"]["node_ports"],
+        json!({"exposure": "hostport", "range_ports": 1, "schedulable_nodes": 2, "total": 2, "used": 2, "free": 0}),
+        "{}",
+        stats.json
+    );
+
+    // Full: a clean 503 that leaves nothing behind.
+    let refused = api.create(WEB_POD, json!(80)).await;
+    assert_eq!(refused.status, 503, "{}", refused.json);
+    assert!(refused.headers.contains_key("retry-after"));
+    assert_eq!(api.managed_pods().await.len(), 2);
+
+    // The reconciler sees nothing to repair.
+    let summary = TestReconciler::over(&api, &[]).await.pass().await;
+    assert_eq!(
+        (summary.scanned, summary.drift, summary.orphans, summary.failures),
+        (2, 0, 0, 0)
+    );
+
+    // A delete frees the port on its node for the next stack.
+    let deleted = api.call(Method::DELETE, &format!("/stacks/{id}"), None).await;
+    assert_eq!(deleted.status, 200, "{}", deleted.json);
+    let again = api.create(WEB_POD, json!(80)).await;
+    assert_eq!(again.status, 201, "{}", again.json);
+    let again_id = stack_id(&again);
+    let placed = api.call(Method::GET, &format!("/stacks/{again_id}"), None).await;
+    assert_eq!(placed.json["node_id"], node.as_str(), "{}", placed.json);
+
+    api.finish().await;
+    nodes.remove().await;
+}
+
+#[tokio::test]
+async fn a_creator_whose_view_is_old_finds_the_port_taken_everywhere_and_answers_503() {
+    let nodes = StackNodes::add().await;
+    let settings = [
+        ("STACK_EXPOSURE", "hostport"),
+        ("STACK_NODE_ROLE", nodes.role.as_str()),
+        ("STACK_NODEPORT_MIN", "31001"),
+        ("STACK_NODEPORT_MAX", "31001"),
+    ];
+    let a = ApiHarness::with_env(&settings).await;
+    let b = sandbox_of(&a, &settings).await;
+    // B's view (refreshed now) sees one of two slots taken; A then takes the other.
+    assert_eq!(b.create(WEB_POD, json!(80)).await.status, 201);
+    assert_eq!(a.create(WEB_POD, json!(80)).await.status, 201);
+    // B still believes a node has the port free: the scheduler says no node does.
+    let refused = b.create(WEB_POD, json!(80)).await;
+    assert_eq!(refused.status, 503, "{}", refused.json);
+    assert!(refused.headers.contains_key("retry-after"));
+    let pods = a.managed_pods().await;
+    assert_eq!(pods.len(), 2, "the refused create left its pod");
+    let distinct: HashSet<(String, i32)> = placements(&pods).into_iter().collect();
+    assert_eq!(distinct.len(), 2, "two stacks on one (node, port)");
+
+    b.table.delete().await.ok();
+    a.finish().await;
+    nodes.remove().await;
+}
+
+#[tokio::test]
+async fn switching_to_hostport_keeps_nodeport_stacks_alive_and_their_ports_taken() {
+    let nodes = StackNodes::add().await;
+    // Two ports of the default range (which the admission policy admits as host ports), at
+    // random so that parallel tests' NodePort services rarely hold both.
+    let min = 32000 + rand::random::<u16>() % 700;
+    let (min, max) = (min.to_string(), (min + 1).to_string());
+    let range = [
+        ("STACK_NODEPORT_MIN", min.as_str()),
+        ("STACK_NODEPORT_MAX", max.as_str()),
+    ];
+    let mut nodeport_settings = vec![("STACK_NODE_ROLE", nodes.role.as_str())];
+    nodeport_settings.extend_from_slice(&range);
+    let before = ApiHarness::with_env(&nodeport_settings).await;
+    let old = before.create(WEB_POD, json!(80)).await;
+    assert_eq!(old.status, 201, "{}", old.json);
+    let old_port = old.json["node_port"].as_u64().expect("node port");
+    let old_id = stack_id(&old);
+
+    let mut hostport_settings = nodeport_settings.clone();
+    hostport_settings.push(("STACK_EXPOSURE", "hostport"));
+    let after = sandbox_of(&before, &hostport_settings).await;
+    // The namespace still enforces Pod Security baseline, which would refuse every host port.
+    let refused = after.create(WEB_POD, json!(80)).await;
+    assert_eq!(refused.status, 503, "{}", refused.json);
+    let why = refused.json["error"].as_str().unwrap_or_default();
+    assert!(why.contains("enforces Pod Security baseline"), "{why}");
+
+    // The operator relabels it (functions/kubernetes-rbac.yaml's `# STACK_EXPOSURE` line).
+    let relabel = json!({"metadata": {"labels": {
+        "pod-security.kubernetes.io/enforce": "privileged",
+        "pod-security.kubernetes.io/enforce-version": Value::Null,
+        "pod-security.kubernetes.io/warn": Value::Null,
+    }}});
+    Api::<Namespace>::all(before.env.kube.clone())
+        .patch(&before.namespace, &PatchParams::default(), &Patch::Merge(&relabel))
+        .await
+        .expect("relabel");
+    let mut ports = BTreeMap::new();
+    for _ in 0..2 {
+        let created = after.create(WEB_POD, json!(80)).await;
+        assert_eq!(created.status, 201, "{}", created.json);
+        *ports
+            .entry(created.json["node_port"].as_u64().expect("port"))
+            .or_insert(0) += 1;
+    }
+    // The service's port is taken on every node: both hostport stacks share the other port.
+    assert_eq!(ports.len(), 1, "{ports:?}");
+    assert!(
+        !ports.contains_key(&old_port),
+        "a host port on the service's port {old_port}"
+    );
+    assert_eq!(
+        after.create(WEB_POD, json!(80)).await.status,
+        503,
+        "the range is full on both nodes"
+    );
+
+    // The nodeport stack lives on, read through either mode, and the reconciler keeps it.
+    for api in [&before, &after] {
+        let read = api.call(Method::GET, &format!("/stacks/{old_id}"), None).await;
+        assert_eq!(read.status, 200, "{}", read.json);
+        assert_eq!(read.json["service_name"], format!("svc-{old_id}"));
+    }
+    let summary = TestReconciler::over(&before, &[]).await.pass().await;
+    assert_eq!(
+        (summary.scanned, summary.drift, summary.orphans, summary.failures),
+        (3, 0, 0, 0)
+    );
+    let stats = after.call(Method::GET, "/stats", None).await;
+    let capacity = &stats.json["capacity"]["node_ports"];
+    assert_eq!(
+        (&capacity["total"], &capacity["used"], &capacity["free"]),
+        (&json!(4), &json!(4), &json!(0)),
+        "{capacity}"
+    );
+
+    after.table.delete().await.ok();
+    before.finish().await;
+    nodes.remove().await;
+}
