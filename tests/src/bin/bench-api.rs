@@ -2,7 +2,7 @@
 //! create latency sequential and at 32 concurrent clients, status latency, creates per
 //! second, and DynamoDB / Kubernetes calls per create, status and delete.
 //!
-//! `cargo run --release -p stack-tests --bin bench-api [-- --creates N]`
+//! `cargo run --release -p stack-tests --bin bench-api [-- --creates N] [--exposure hostport]`
 
 use std::time::{Duration, Instant};
 
@@ -36,7 +36,11 @@ async fn main() {
         .nth(1)
         .and_then(|n| n.parse().ok())
         .unwrap_or(100);
-    let api = ApiHarness::start().await;
+    let exposure = std::env::args()
+        .skip_while(|a| a != "--exposure")
+        .nth(1)
+        .unwrap_or_else(|| "nodeport".into());
+    let api = ApiHarness::with_env(&[("STACK_EXPOSURE", &exposure)]).await;
     // Warm up: namespace, node-port view, connections.
     let warm = create(&api).await.0;
     delete(&api, &warm).await;
@@ -94,7 +98,7 @@ async fn main() {
         .await;
 
     let n = creates as f64;
-    println!("stack-api benchmark (in-process router, DynamoDB Local, real apiserver + kwok)");
+    println!("stack-api benchmark (in-process router, DynamoDB Local, real apiserver + kwok), STACK_EXPOSURE={exposure}");
     report("create, sequential", &mut sequential);
     report(&format!("create, {CONCURRENCY} concurrent"), &mut concurrent.clone());
     report("status, sequential", &mut status);
