@@ -1,9 +1,15 @@
 //! Integration tests, benchmarks and local-environment tooling of stack-provisioner.
 
 pub mod api;
+pub mod api_process;
+pub mod bench_fixture;
 pub mod black_hole;
 pub mod browser;
 pub mod counting;
+pub mod endpoints;
 pub mod env;
+pub mod latency;
 pub mod manifests;
+pub mod pass_process;
+pub mod proc_status;
 pub mod reconciler;

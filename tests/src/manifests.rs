@@ -1,11 +1,40 @@
-//! Large manifests for the storage and list-size tests: at the validator's limits (256 KiB of
-//! text, twice that once aliases are expanded) and growing when hardened.
+//! Manifests for tests and benchmarks: a tiny challenge of which thousands fit on a few
+//! simulated nodes, and large manifests for the storage and list-size tests, at the validator's
+//! limits (256 KiB of text, twice that once aliases are expanded) and growing when hardened.
 
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use stack_core::model::StackId;
+use stack_core::model::{Protocol, StackId, TargetPort};
 use stack_core::store::Store;
+
+/// A small challenge (10m CPU, 16Mi: requests default to the limits), so that thousands fit on
+/// a few simulated nodes.
+pub const BENCH_POD: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: bench
+  labels:
+    challenge: bench
+spec:
+  containers:
+    - name: app
+      image: registry.example/ctf/app:1
+      ports:
+        - containerPort: 1337
+      resources:
+        limits:
+          cpu: 10m
+          memory: 16Mi
+"#;
+/// The port [`BENCH_POD`] exposes.
+pub const BENCH_PORT: TargetPort = TargetPort {
+    container_port: 1337,
+    protocol: Protocol::Tcp,
+};
+/// [`BENCH_POD`]'s requests.
+pub const BENCH_POD_CPU_MILLI: u64 = 10;
+pub const BENCH_POD_MEMORY_MIB: u64 = 16;
 
 /// Env variables in [`alias_env_pod`].
 pub const ENV_ENTRIES: usize = 26;

@@ -1,7 +1,8 @@
 //! Fault benchmark: the released API as its own process, driven over HTTP the way platforms
 //! drive it (5 s client timeout, no retries), with faults injected. Prints numbers; asserts
 //! nothing (the fault tests do). Needs the local environment (`tests/env/up`) and release
-//! builds of the API: `cargo build --release -p stack-api -p stack-tests --bin bench-faults`.
+//! builds of the API and the benchmark:
+//! `cargo build --release -p stack-api -p stack-tests --bin stack-api --bin bench-faults`.
 //!
 //! ```text
 //! bench-faults burst  [--creates 200]             one burst of concurrent creates
@@ -12,30 +13,24 @@
 //! ```
 
 use std::collections::{BTreeMap, HashSet};
-use std::net::{SocketAddr, TcpListener};
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use http::{Method, Request};
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use http::Method;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 use stack_core::model::StackId;
 use stack_core::store::Manifest;
 use stack_tests::api::WEB_POD;
+use stack_tests::api_process::{Answer, ApiClient, ApiProcess};
 use stack_tests::env::processes::Component;
 use stack_tests::env::{TestEnv, TestTable, unique_name};
+use stack_tests::latency::percentile;
 use stack_tests::reconciler::TestReconciler;
 
 const API_KEY: &str = "bench-faults-key";
-/// Platforms give up after 5 s and never retry.
-const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
+const HEALTHY_WITHIN: Duration = Duration::from_secs(30);
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -75,15 +70,6 @@ async fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// What a client saw.
-#[derive(Debug, Clone)]
-struct Answer {
-    /// `None`: no HTTP answer (connection failed, or nothing within the client timeout).
-    status: Option<u16>,
-    json: Value,
-    took: Duration,
-}
-
 #[derive(Debug, Default)]
 struct Tally {
     by_class: BTreeMap<&'static str, usize>,
@@ -92,16 +78,7 @@ struct Tally {
 
 impl Tally {
     fn add(&mut self, answer: &Answer) {
-        let class = match answer.status {
-            Some(200..=299) => "2xx",
-            Some(409) => "409",
-            Some(400..=499) => "4xx",
-            Some(503) => "503",
-            Some(_) => "5xx (not 503)",
-            None if answer.took >= CLIENT_TIMEOUT => "no answer in 5 s",
-            None => "connection failed",
-        };
-        *self.by_class.entry(class).or_default() += 1;
+        *self.by_class.entry(answer.class()).or_default() += 1;
         if answer.status.is_some() {
             self.slowest = self.slowest.max(answer.took);
         }
@@ -120,9 +97,8 @@ struct Bench {
     env: TestEnv,
     table: TestTable,
     namespace: String,
-    addr: SocketAddr,
-    api: Child,
-    client: Client<HttpConnector, Full<Bytes>>,
+    api: ApiProcess,
+    client: ApiClient,
     reconciler: TestReconciler,
 }
 
@@ -131,80 +107,37 @@ impl Bench {
         let env = TestEnv::connect().await.map_err(|e| e.to_string())?;
         let table = env.fresh_table("faults").await.map_err(|e| e.to_string())?;
         let namespace = unique_name("faults");
-        let addr = free_addr()?;
-        let api = spawn_api(&namespace, table.name(), addr)?;
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(Duration::from_secs(1)));
-        let client = Client::builder(TokioExecutor::new()).build(connector);
+        let api =
+            ApiProcess::spawn(&env.settings, &namespace, table.name(), API_KEY, &[]).map_err(|e| e.to_string())?;
+        let client = ApiClient::new(api.addr(), API_KEY);
         let reconciler = TestReconciler::new(&env, &namespace, table.name(), &[("STACK_ORPHAN_GRACE", "1s")]).await;
         let bench = Self {
             env,
             table,
             namespace,
-            addr,
             api,
             client,
             reconciler,
         };
-        bench.wait_healthy().await?;
+        bench
+            .client
+            .wait_healthy(HEALTHY_WITHIN)
+            .await
+            .map_err(|e| e.to_string())?;
         Ok(bench)
     }
 
-    async fn wait_healthy(&self) -> Result<(), String> {
-        let until = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < until {
-            if self.call(Method::GET, "/healthz", None, None).await.status == Some(200) {
-                return Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        Err("the API did not become healthy within 30 s".into())
-    }
-
     async fn restart_api(&mut self) {
-        let _ = self.api.kill();
-        let _ = self.api.wait();
-        match spawn_api(&self.namespace, self.table.name(), self.addr) {
-            Ok(api) => self.api = api,
-            Err(why) => eprintln!("bench-faults: restart failed: {why}"),
+        if let Err(why) = self.api.restart() {
+            eprintln!("bench-faults: restart failed: {why}");
         }
-        if let Err(why) = self.wait_healthy().await {
+        if let Err(why) = self.client.wait_healthy(HEALTHY_WITHIN).await {
             eprintln!("bench-faults: {why}");
         }
     }
 
     async fn call(&self, method: Method, path: &str, body: Option<Value>, key: Option<&str>) -> Answer {
-        let started = Instant::now();
-        let mut builder = Request::builder()
-            .method(method)
-            .uri(format!("http://{}{path}", self.addr))
-            .header("x-api-key", API_KEY);
-        if let Some(key) = key {
-            builder = builder.header("idempotency-key", key);
-        }
-        let body = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
-        let Ok(request) = builder.body(Full::new(body)) else {
-            return Answer {
-                status: None,
-                json: Value::Null,
-                took: started.elapsed(),
-            };
-        };
-        let exchange = async {
-            let response = self.client.request(request).await.ok()?;
-            let status = response.status().as_u16();
-            let bytes = response.into_body().collect().await.ok()?.to_bytes();
-            Some((status, serde_json::from_slice(&bytes).unwrap_or(Value::Null)))
-        };
-        let (status, json) = match tokio::time::timeout(CLIENT_TIMEOUT, exchange).await {
-            Ok(Some((status, json))) => (Some(status), json),
-            _ => (None, Value::Null),
-        };
-        Answer {
-            status,
-            json,
-            took: started.elapsed(),
-        }
+        self.client.call(method, path, body.as_ref(), key).await
     }
 
     async fn create(&self, key: Option<&str>) -> Answer {
@@ -393,7 +326,7 @@ impl Bench {
                     "kill-api" => {
                         // SIGKILL mid-traffic; the process comes back below.
                         let _ = Command::new("kill")
-                            .args(["-KILL", &this.api.id().to_string()])
+                            .args(["-KILL", &this.api.pid().to_string()])
                             .status();
                     }
                     "stop-apiserver" | "stop-dynamodb" => {
@@ -474,8 +407,7 @@ impl Bench {
     }
 
     async fn finish(mut self) {
-        let _ = self.api.kill();
-        let _ = self.api.wait();
+        self.api.stop();
         let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(self.env.kube.clone());
         let _ = namespaces
             .delete(&self.namespace, &kube::api::DeleteParams::background())
@@ -505,39 +437,4 @@ impl Inventory {
         let claims = self.claims.iter().filter(|c| !self.records.contains(*c)).count();
         pods + services + records + manifests + claims
     }
-}
-
-fn percentile(sorted: &[Duration], p: usize) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    sorted[(sorted.len() * p / 100).min(sorted.len() - 1)]
-}
-
-fn free_addr() -> Result<SocketAddr, String> {
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    listener.local_addr().map_err(|e| e.to_string())
-}
-
-/// The release API binary next to this one, in local mode over the environment.
-fn spawn_api(namespace: &str, table: &str, addr: SocketAddr) -> Result<Child, String> {
-    let binary: PathBuf = std::env::current_exe()
-        .map_err(|e| e.to_string())?
-        .with_file_name("stack-api");
-    Command::new(&binary)
-        .env("STACK_NAMESPACE", namespace)
-        .env("DDB_STACK_TABLE", table)
-        .env("API_KEY", API_KEY)
-        .env("STACK_REQUIRE_INGRESS_NETWORK_POLICY", "false")
-        .env("LISTEN_ADDR", addr.to_string())
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| {
-            format!(
-                "starting {}: {e} (build it with cargo build --release -p stack-api)",
-                binary.display()
-            )
-        })
 }

@@ -7,8 +7,8 @@
 //! - first invocation: that event handed over to its response posted (`events/healthz.json`
 //!   for the API, `events/scheduled.json` for the reconciler).
 //!
-//! `cargo build --release -p stack-api -p stack-reconciler -p stack-tests --bin bench-init &&
-//!  target/release/bench-init [--runs N]`
+//! `cargo build --release -p stack-api -p stack-reconciler -p stack-tests --bin stack-api
+//!  --bin stack-reconciler --bin bench-init && target/release/bench-init [--runs N]`
 
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};

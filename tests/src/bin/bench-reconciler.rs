@@ -16,60 +16,28 @@
 //!
 //! `cargo run --release -p stack-tests --bin bench-reconciler -- --stacks 1000 [--idle]`
 
-use std::collections::HashMap;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aws_smithy_runtime_api::box_error::BoxError;
-use aws_smithy_runtime_api::client::interceptors::Intercept;
-use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
-use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
-use aws_smithy_types::config_bag::ConfigBag;
 use futures::StreamExt;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Api;
-use kube::api::{ListParams, PostParams};
-use stack_core::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, Protocol, StackId, TargetPort};
-use stack_core::reconcile::{PassError, Reconciler, Summary, run_pass};
+use kube::api::PostParams;
+use stack_core::model::StackId;
 use stack_core::store::{Store, StoreError};
 use stack_core::validate::{self, Rejection, ValidationPolicy};
-use stack_tests::api::kube_config;
-use stack_tests::env::{EnvError, SimulatedNode, TestEnv, TestNamespace, TestTable, nodes, unique_name};
-use stack_tests::reconciler::{add_schedulable_node, reconciler_config, running_record, stack_service, stacks_over};
-
-/// A small challenge, so that thousands fit on a few simulated nodes.
-const BENCH_POD: &str = r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: bench
-  labels:
-    challenge: bench
-spec:
-  containers:
-    - name: app
-      image: registry.example/ctf/app:1
-      ports:
-        - containerPort: 1337
-      resources:
-        limits:
-          cpu: 10m
-          memory: 16Mi
-"#;
-const BENCH_PORT: TargetPort = TargetPort {
-    container_port: 1337,
-    protocol: Protocol::Tcp,
-};
+use stack_tests::bench_fixture::{BenchFixture, PODS_TIMEOUT, wait_all_running};
+use stack_tests::env::{EnvError, SimulatedNode, TestEnv, unique_name};
+use stack_tests::manifests::{BENCH_POD, BENCH_PORT};
+use stack_tests::pass_process::{PassProcessError, PassRequest, run_pass_here, spawn_pass};
+use stack_tests::proc_status::{kib_text, peak_rss_kib};
+use stack_tests::reconciler::{reconciler_config, running_record, stack_service};
 
 /// Objects created at once while seeding.
 const SEED_CONCURRENCY: usize = 48;
 /// Pods per simulated node (the kubelet default is 110; kwok nodes here take 1000).
 const PODS_PER_NODE: usize = 1000;
-const RUNNING_TIMEOUT: Duration = Duration::from_secs(900);
-/// The Lambda's longest possible invocation.
-const PASS_BUDGET: Duration = Duration::from_secs(900);
 
 #[derive(Debug, thiserror::Error)]
 enum BenchError {
@@ -80,15 +48,11 @@ enum BenchError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
-    Pass(#[from] PassError),
+    Pass(#[from] PassProcessError),
     #[error(transparent)]
     Config(#[from] stack_core::config::ConfigError),
     #[error("the benchmark manifest was refused: {0}")]
     Manifest(#[from] Rejection),
-    #[error("{0}")]
-    Timeout(String),
-    #[error("running the pass process: {0}")]
-    Process(#[from] std::io::Error),
 }
 
 /// What one seeded stack is.
@@ -127,20 +91,30 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if let Some(label) = arg("--pass") {
-        return match pass_process(&env, &label).await {
-            Ok(()) => ExitCode::SUCCESS,
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(request) = PassRequest::from_args(&args) {
+        let report = match request {
+            Ok(request) => run_pass_here(&env, &request).await,
+            Err(err) => Err(err),
+        };
+        return match report {
+            Ok(report) => {
+                println!("{report}");
+                ExitCode::SUCCESS
+            }
             Err(err) => {
-                eprintln!("bench-reconciler {label}: {err}");
+                eprintln!("bench-reconciler: {err}");
                 ExitCode::FAILURE
             }
         };
     }
     let stacks: usize = arg("--stacks").and_then(|n| n.parse().ok()).unwrap_or(1000);
-    let mut fixture = Fixture::default();
+    let mut fixture = BenchFixture::default();
     let result = run(&env, stacks, &mut fixture).await;
     let cleanup = Instant::now();
-    fixture.remove(&env).await;
+    for failure in fixture.remove(&env).await {
+        eprintln!("cleanup: {failure}");
+    }
     println!(
         "cleanup (namespace, its pods, table, nodes): {:.1}s",
         secs(cleanup.elapsed())
@@ -154,61 +128,14 @@ async fn main() -> ExitCode {
     }
 }
 
-/// What the benchmark made, to be removed however it ends.
-#[derive(Default)]
-struct Fixture {
-    table: Option<TestTable>,
-    namespace: Option<TestNamespace>,
-    nodes: Vec<String>,
-}
-
-impl Fixture {
-    async fn remove(&mut self, env: &TestEnv) {
-        if let Some(namespace) = self.namespace.take() {
-            let pods: Api<Pod> = namespace.api();
-            report_cleanup("namespace", namespace.delete().await);
-            // kwok finishes the pods' deletion only while their nodes exist; without them the
-            // pod garbage collector takes minutes.
-            if let Err(err) = wait_no_pods(&pods).await {
-                eprintln!("cleanup: {err}");
-            }
-        }
-        if let Some(table) = self.table.take() {
-            report_cleanup("table", table.delete().await);
-        }
-        for node in self.nodes.drain(..) {
-            report_cleanup("node", nodes::delete_node(&env.kube, &node).await);
-        }
-    }
-}
-
-async fn wait_no_pods(pods: &Api<Pod>) -> Result<(), BenchError> {
-    let deadline = Instant::now() + RUNNING_TIMEOUT;
-    while !pods.list(&ListParams::default().limit(1)).await?.items.is_empty() {
-        if Instant::now() >= deadline {
-            return Err(BenchError::Timeout(
-                "pods of the benchmark namespace still there".into(),
-            ));
-        }
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
-    Ok(())
-}
-
-fn report_cleanup(what: &str, result: Result<(), EnvError>) {
-    if let Err(err) = result {
-        eprintln!("cleanup of {what} failed: {err}");
-    }
-}
-
-async fn run(env: &TestEnv, stacks: usize, fixture: &mut Fixture) -> Result<(), BenchError> {
+async fn run(env: &TestEnv, stacks: usize, fixture: &mut BenchFixture) -> Result<(), BenchError> {
     let idle = std::env::args().any(|a| a == "--idle");
     let seeds = if idle { vec![Seed::Healthy; stacks] } else { mix(stacks) };
     let pods_needed = seeds.iter().filter(|s| **s != Seed::Drift).count();
     let table = fixture.table.insert(env.fresh_table("bench").await?);
     let table_name = table.name().to_owned();
-    let namespace = fixture.namespace.insert(env.fresh_namespace("bench").await?);
-    let namespace_name = namespace.name().to_owned();
+    let namespace = env.fresh_namespace("bench").await?;
+    let namespace_name = fixture.namespace.insert(namespace.name().to_owned()).clone();
     // A role of its own keeps the API's scheduler-placed pods (role=stack) off these nodes.
     let role = unique_name("bench");
     let mut targets = Vec::new();
@@ -218,8 +145,7 @@ async fn run(env: &TestEnv, stacks: usize, fixture: &mut Fixture) -> Result<(), 
             .role(&role)
             .external_ip(&ip)
             .allocatable("64", "256Gi", &PODS_PER_NODE.to_string());
-        fixture.nodes.push(node.name.clone());
-        add_schedulable_node(env, &node).await?;
+        fixture.add_node(env, &node).await?;
         targets.push((node.name, ip));
     }
 
@@ -254,15 +180,20 @@ async fn run(env: &TestEnv, stacks: usize, fixture: &mut Fixture) -> Result<(), 
         seeds.len()
     );
     let started = Instant::now();
-    wait_all_running(&seeder.pods, pods_needed).await?;
+    wait_all_running(&seeder.pods, pods_needed, PODS_TIMEOUT).await?;
     println!(
         "all {pods_needed} pods Running after another {:.1}s",
         secs(started.elapsed())
     );
-    println!("peak RSS while seeding: {}", rss_text());
+    println!("peak RSS while seeding: {}", kib_text(peak_rss_kib()));
 
+    let pass = |label: &str| {
+        PassRequest::new(label, &namespace_name, &table_name)
+            // A short grace: every orphan seeded is old enough by now.
+            .set("STACK_ORPHAN_GRACE", "1s")
+    };
     if idle {
-        spawn_pass("pass (nothing to do)", &namespace_name, &table_name, "0,0,0")?;
+        spawn_pass(&pass("pass (nothing to do)").expect(0, 0, 0))?;
         return Ok(());
     }
     let expected = ExpectedWork::of(&seeds);
@@ -270,49 +201,8 @@ async fn run(env: &TestEnv, stacks: usize, fixture: &mut Fixture) -> Result<(), 
         "expected of pass 1: expired {} drift {} orphans {}; deletes: kubernetes {}, dynamodb {}",
         expected.expired, expected.drift, expected.orphans, expected.kube_deletes, expected.record_deletes
     );
-    let work = format!("{},{},{}", expected.expired, expected.drift, expected.orphans);
-    spawn_pass("pass 1 (work to do)", &namespace_name, &table_name, &work)?;
-    spawn_pass("pass 2 (nothing to do)", &namespace_name, &table_name, "0,0,0")?;
-    Ok(())
-}
-
-/// Runs `--pass` in a child process and waits for it; its output goes straight to ours.
-fn spawn_pass(label: &str, namespace: &str, table: &str, expected_work: &str) -> Result<(), BenchError> {
-    let status = std::process::Command::new(std::env::current_exe()?)
-        .args([
-            "--pass",
-            label,
-            "--namespace",
-            namespace,
-            "--table",
-            table,
-            "--expect",
-            expected_work,
-        ])
-        .status()?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(BenchError::Timeout(format!("{label} failed: {status}")))
-    }
-}
-
-/// The child process: one pass over the seeded namespace and table, then its numbers.
-async fn pass_process(env: &TestEnv, label: &str) -> Result<(), BenchError> {
-    let (Some(namespace), Some(table)) = (arg("--namespace"), arg("--table")) else {
-        return Err(BenchError::Timeout("--pass needs --namespace and --table".into()));
-    };
-    let counts = Counts::default();
-    let kube = counted_kube(env, &counts).await?;
-    let dynamodb = counted_dynamodb(&env.dynamodb, &counts);
-    // A short grace: every orphan seeded is old enough by now.
-    let config = reconciler_config(&namespace, &table, &[("STACK_ORPHAN_GRACE", "1s")]);
-    let reconciler = Reconciler::new(stacks_over(config, kube, dynamodb));
-    let summary = measured_pass(&reconciler, &counts, label).await?;
-    let done = format!("{},{},{}", summary.expired, summary.drift, summary.orphans);
-    if arg("--expect").is_some_and(|expected| expected != done) {
-        println!("  WARNING: the pass did not do the expected work (expired,drift,orphans = {done})");
-    }
+    spawn_pass(&pass("pass 1 (work to do)").expect(expected.expired, expected.drift, expected.orphans))?;
+    spawn_pass(&pass("pass 2 (nothing to do)").expect(0, 0, 0))?;
     Ok(())
 }
 
@@ -354,75 +244,6 @@ impl Seeder {
     }
 }
 
-/// Polls until kwok has every seeded pod Running, so that the records (which say `running`)
-/// are in sync and the second pass truly has nothing to do.
-async fn wait_all_running(pods: &Api<Pod>, wanted: usize) -> Result<(), BenchError> {
-    let deadline = Instant::now() + RUNNING_TIMEOUT;
-    loop {
-        let running = count_running(pods).await?;
-        if running >= wanted {
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
-            return Err(BenchError::Timeout(format!("{running} of {wanted} pods Running")));
-        }
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
-}
-
-async fn count_running(pods: &Api<Pod>) -> Result<usize, kube::Error> {
-    let mut params = ListParams::default()
-        .labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"))
-        .limit(500);
-    let mut running = 0;
-    loop {
-        let page = pods.list(&params).await?;
-        running += page
-            .items
-            .iter()
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-            .count();
-        match page.metadata.continue_ {
-            Some(token) if !token.is_empty() => params = params.continue_token(&token),
-            _ => return Ok(running),
-        }
-    }
-}
-
-/// Runs one pass, printing its duration, calls by kind, peak RSS and summary.
-async fn measured_pass(reconciler: &Reconciler, counts: &Counts, label: &str) -> Result<Summary, BenchError> {
-    let before = counts.snapshot();
-    let started = Instant::now();
-    let summary = run_pass(reconciler, Instant::now() + PASS_BUDGET).await?;
-    let elapsed = started.elapsed();
-    let calls = counts.snapshot().minus(&before);
-    println!("{label}: {:.3}s", secs(elapsed));
-    println!(
-        "  kubernetes calls: {} (list {}, delete {}, other {})",
-        calls.kube_total(),
-        calls.kube_list,
-        calls.kube_delete,
-        calls.kube_other
-    );
-    let mut operations: Vec<_> = calls.dynamodb.iter().collect();
-    operations.sort();
-    let listed: Vec<String> = operations.iter().map(|(op, n)| format!("{op} {n}")).collect();
-    println!(
-        "  dynamodb calls: {} ({})",
-        calls.dynamodb.values().sum::<u64>(),
-        listed.join(", ")
-    );
-    let queries = calls.dynamodb.get("Query").copied().unwrap_or(0);
-    println!(
-        "  list/query calls: {} (kubernetes {}, dynamodb {queries})",
-        calls.kube_list + queries,
-        calls.kube_list
-    );
-    println!("  peak RSS of the pass process: {}", rss_text());
-    println!("  summary: {}", serde_json::to_string(&summary).unwrap_or_default());
-    Ok(summary)
-}
-
 struct ExpectedWork {
     expired: usize,
     drift: usize,
@@ -444,120 +265,6 @@ impl ExpectedWork {
             record_deletes: expired + drift,
         }
     }
-}
-
-/// Requests by kind: Kubernetes by HTTP method, DynamoDB by operation.
-#[derive(Default, Clone)]
-struct Counts {
-    kube_list: Arc<AtomicU64>,
-    kube_delete: Arc<AtomicU64>,
-    kube_other: Arc<AtomicU64>,
-    dynamodb: Arc<Mutex<HashMap<String, u64>>>,
-}
-
-struct CountsSnapshot {
-    kube_list: u64,
-    kube_delete: u64,
-    kube_other: u64,
-    dynamodb: HashMap<String, u64>,
-}
-
-impl Counts {
-    fn snapshot(&self) -> CountsSnapshot {
-        CountsSnapshot {
-            kube_list: self.kube_list.load(Ordering::Relaxed),
-            kube_delete: self.kube_delete.load(Ordering::Relaxed),
-            kube_other: self.kube_other.load(Ordering::Relaxed),
-            dynamodb: self.dynamodb.lock().map(|m| m.clone()).unwrap_or_default(),
-        }
-    }
-}
-
-impl CountsSnapshot {
-    fn minus(&self, before: &CountsSnapshot) -> CountsSnapshot {
-        let mut dynamodb = self.dynamodb.clone();
-        for (op, n) in &before.dynamodb {
-            if let Some(after) = dynamodb.get_mut(op) {
-                *after -= n;
-            }
-        }
-        dynamodb.retain(|_, n| *n > 0);
-        CountsSnapshot {
-            kube_list: self.kube_list - before.kube_list,
-            kube_delete: self.kube_delete - before.kube_delete,
-            kube_other: self.kube_other - before.kube_other,
-            dynamodb,
-        }
-    }
-
-    fn kube_total(&self) -> u64 {
-        self.kube_list + self.kube_delete + self.kube_other
-    }
-}
-
-async fn counted_kube(env: &TestEnv, counts: &Counts) -> Result<kube::Client, BenchError> {
-    let counts = counts.clone();
-    let layer = tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
-        let counter = match *request.method() {
-            http::Method::GET => &counts.kube_list,
-            http::Method::DELETE => &counts.kube_delete,
-            _ => &counts.kube_other,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-        request
-    });
-    Ok(kube::client::ClientBuilder::try_from(kube_config(env).await)?
-        .with_layer(&layer)
-        .build())
-}
-
-#[derive(Debug)]
-struct OperationCounter(Arc<Mutex<HashMap<String, u64>>>);
-
-impl Intercept for OperationCounter {
-    fn name(&self) -> &'static str {
-        "OperationCounter"
-    }
-
-    fn read_before_transmit(
-        &self,
-        context: &BeforeTransmitInterceptorContextRef<'_>,
-        _components: &RuntimeComponents,
-        _cfg: &mut ConfigBag,
-    ) -> Result<(), BoxError> {
-        // `X-Amz-Target: DynamoDB_20120810.Query` names the operation.
-        let operation = context
-            .request()
-            .headers()
-            .get("x-amz-target")
-            .and_then(|t| t.rsplit('.').next())
-            .unwrap_or("unknown")
-            .to_owned();
-        if let Ok(mut counts) = self.0.lock() {
-            *counts.entry(operation).or_default() += 1;
-        }
-        Ok(())
-    }
-}
-
-fn counted_dynamodb(client: &aws_sdk_dynamodb::Client, counts: &Counts) -> aws_sdk_dynamodb::Client {
-    let config = client
-        .config()
-        .to_builder()
-        .interceptor(OperationCounter(counts.dynamodb.clone()))
-        .build();
-    aws_sdk_dynamodb::Client::from_conf(config)
-}
-
-/// Peak resident set size of this process so far (`VmHWM` in `/proc/self/status`).
-fn rss_text() -> String {
-    let peak_kib = std::fs::read_to_string("/proc/self/status").ok().and_then(|status| {
-        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-        line.split_whitespace().nth(1)?.parse::<u64>().ok()
-    });
-    peak_kib
-        .map(|kib| format!("{:.1} MiB ({:.1} MB)", kib as f64 / 1024.0, kib as f64 * 1.024 / 1000.0))
-        .unwrap_or_else(|| "unknown".to_owned())
 }
 
 fn secs(d: Duration) -> f64 {

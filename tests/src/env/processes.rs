@@ -36,6 +36,10 @@ impl Component {
         })
     }
 
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
     /// Stops the process until the returned guard is dropped or continued.
     pub fn pause(&self) -> Result<Paused, EnvError> {
         self.signal("STOP")?;

@@ -1,0 +1,138 @@
+//! What a benchmark makes in the local environment (a table, a namespace full of pods, simulated
+//! nodes of its own), removed however the benchmark ends, and waits over thousands of pods.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::Api;
+use kube::api::{DeleteParams, ListParams};
+use stack_core::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+
+use crate::env::{EnvError, SimulatedNode, TestEnv, TestTable, nodes};
+use crate::reconciler::add_schedulable_node;
+
+/// How long a benchmark waits for thousands of pods to run or to go.
+pub const PODS_TIMEOUT: Duration = Duration::from_secs(900);
+const PAGE: u32 = 500;
+
+/// Everything a benchmark made; [`BenchFixture::remove`] deletes it.
+#[derive(Default)]
+pub struct BenchFixture {
+    pub table: Option<TestTable>,
+    /// Made by the benchmark or by the API it runs.
+    pub namespace: Option<String>,
+    pub nodes: Vec<String>,
+}
+
+impl BenchFixture {
+    /// Adds a simulated node (remembered for removal) and waits until pods can be placed on it.
+    pub async fn add_node(&mut self, env: &TestEnv, node: &SimulatedNode) -> Result<(), EnvError> {
+        self.nodes.push(node.name.clone());
+        add_schedulable_node(env, node).await
+    }
+
+    /// Deletes the namespace and waits for its pods to be gone (kwok finishes a pod's deletion
+    /// only while its node exists; without it the pod garbage collector takes minutes), then
+    /// the table and the nodes. Everything is attempted; the failures are returned.
+    pub async fn remove(&mut self, env: &TestEnv) -> Vec<EnvError> {
+        let mut failures = Vec::new();
+        if let Some(namespace) = self.namespace.take() {
+            let deleted = Api::<Namespace>::all(env.kube.clone())
+                .delete(&namespace, &DeleteParams::background())
+                .await;
+            match deleted {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(source) => failures.push(EnvError::Kube {
+                    operation: format!("delete namespace {namespace}"),
+                    source,
+                }),
+            }
+            let pods: Api<Pod> = Api::namespaced(env.kube.clone(), &namespace);
+            if let Err(err) = wait_no_pods(&pods, PODS_TIMEOUT).await {
+                failures.push(err);
+            }
+        }
+        if let Some(table) = self.table.take()
+            && let Err(err) = table.delete().await
+        {
+            failures.push(err);
+        }
+        for node in self.nodes.drain(..) {
+            if let Err(err) = nodes::delete_node(&env.kube, &node).await {
+                failures.push(err);
+            }
+        }
+        failures
+    }
+}
+
+/// Polls until no pod is left, at most `timeout`.
+pub async fn wait_no_pods(pods: &Api<Pod>, timeout: Duration) -> Result<(), EnvError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = pods
+            .list(&ListParams::default().limit(1))
+            .await
+            .map_err(|source| EnvError::Kube {
+                operation: "list pods".to_owned(),
+                source,
+            })?;
+        if left.items.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(EnvError::Timeout {
+                what: "the pods of the benchmark namespace to go".to_owned(),
+                seconds: timeout.as_secs(),
+            });
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// Polls until kwok has at least `wanted` of our pods `Running`, at most `timeout`.
+pub async fn wait_all_running(pods: &Api<Pod>, wanted: usize, timeout: Duration) -> Result<(), EnvError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let running = count_running(pods).await.map_err(|source| EnvError::Kube {
+            operation: "list pods".to_owned(),
+            source,
+        })?;
+        if running >= wanted {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(EnvError::Timeout {
+                what: format!("{wanted} pods Running ({running} are)"),
+                seconds: timeout.as_secs(),
+            });
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// Our pods (labelled `managed-by`) in phase `Running`.
+pub async fn count_running(pods: &Api<Pod>) -> Result<usize, kube::Error> {
+    let running = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+    Ok(list_managed(pods).await?.iter().filter(|p| running(p)).count())
+}
+
+/// Every object of ours (labelled `managed-by`) through `api`, page by page.
+pub async fn list_managed<K>(api: &Api<K>) -> Result<Vec<K>, kube::Error>
+where
+    K: Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    let mut params = ListParams::default()
+        .labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"))
+        .limit(PAGE);
+    let mut items = Vec::new();
+    loop {
+        let page = api.list(&params).await?;
+        items.extend(page.items);
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => return Ok(items),
+        }
+    }
+}
