@@ -225,9 +225,10 @@ impl Stacks {
                 let pod = self.cluster.create_pod(&hardened.pod).await?;
                 // The scheduler does not need the service: both go on at once (the service
                 // create took ~16 of the ~100 ms of a sequential create, bench-api).
+                let pod_name = id.pod_name();
                 let (ports, scheduling) = tokio::try_join!(
                     self.cluster.create_service(id, &request.target_ports, &pod),
-                    self.cluster.wait_scheduled(&id.pod_name(), self.left(started))
+                    self.cluster.wait_scheduled(&pod_name, self.left(started))
                 )?;
                 (ports, self.await_placement(id, scheduling, started).await?)
             }

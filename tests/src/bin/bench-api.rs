@@ -98,7 +98,9 @@ async fn main() {
         .await;
 
     let n = creates as f64;
-    println!("stack-api benchmark (in-process router, DynamoDB Local, real apiserver + kwok), STACK_EXPOSURE={exposure}");
+    println!(
+        "stack-api benchmark (in-process router, DynamoDB Local, real apiserver + kwok), STACK_EXPOSURE={exposure}"
+    );
     report("create, sequential", &mut sequential);
     report(&format!("create, {CONCURRENCY} concurrent"), &mut concurrent.clone());
     report("status, sequential", &mut status);
