@@ -22,7 +22,8 @@ pub use error::ClusterError;
 pub use namespace::NamespacePolicy;
 pub use objects::{stack_service, with_host_ports};
 pub use observe::{
-    Scheduling, is_port_conflict, is_ready, is_schedulable_stack_node, node_external_ip, observed_status, scheduling_of,
+    Scheduling, has_role, is_port_conflict, is_ready, is_schedulable_stack_node, node_external_ip, observed_status,
+    scheduling_of,
 };
 
 use crate::model::{
@@ -384,35 +385,33 @@ async fn list_all_metadata<K, T>(
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug + kube::Resource,
 {
-    let mut items = Vec::new();
-    let mut params = params.clone().limit(LIST_PAGE);
-    loop {
-        let page = api
-            .list_metadata(&params)
-            .await
-            .map_err(|e| ClusterError::from_kube("list", e))?;
-        items.extend(page.items.into_iter().map(|object| project(object.metadata)));
-        match page.metadata.continue_ {
-            Some(token) if !token.is_empty() => params = params.continue_token(&token),
-            _ => return Ok(items),
-        }
-    }
+    let fetch = |page: ListParams| async move { api.list_metadata(&page).await };
+    paginate(params, fetch, |object| project(object.metadata)).await
 }
 
 /// Every object `params` selects, through `project`, one page at a time.
-async fn list_all<K, T>(
-    api: &Api<K>,
-    params: &ListParams,
-    mut project: impl FnMut(K) -> T,
-) -> Result<Vec<T>, ClusterError>
+async fn list_all<K, T>(api: &Api<K>, params: &ListParams, project: impl FnMut(K) -> T) -> Result<Vec<T>, ClusterError>
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    paginate(params, |page: ListParams| async move { api.list(&page).await }, project).await
+}
+
+/// The pages `fetch` returns for `params`, [`LIST_PAGE`] objects each, followed through their
+/// continue tokens, each object through `project`.
+async fn paginate<O, T, F>(
+    params: &ListParams,
+    fetch: impl Fn(ListParams) -> F,
+    mut project: impl FnMut(O) -> T,
+) -> Result<Vec<T>, ClusterError>
+where
+    O: Clone,
+    F: Future<Output = kube::Result<kube::core::ObjectList<O>>>,
 {
     let mut items = Vec::new();
     let mut params = params.clone().limit(LIST_PAGE);
     loop {
-        let page = api
-            .list(&params)
+        let page = fetch(params.clone())
             .await
             .map_err(|e| ClusterError::from_kube("list", e))?;
         items.extend(page.items.into_iter().map(&mut project));

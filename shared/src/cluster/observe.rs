@@ -53,16 +53,19 @@ pub fn is_port_conflict(unschedulable: &str) -> bool {
     unschedulable.contains("didn't have free ports")
 }
 
-/// A node stacks may be placed on now: labelled `role=<role>`, Ready, not cordoned.
-pub fn is_schedulable_stack_node(node: &Node, role: &str) -> bool {
-    let has_role = node
-        .metadata
+/// The node is labelled `role=<role>` (`STACK_NODE_ROLE`: where stacks may run).
+pub fn has_role(node: &Node, role: &str) -> bool {
+    node.metadata
         .labels
         .as_ref()
         .and_then(|l| l.get("role"))
-        .is_some_and(|v| v == role);
+        .is_some_and(|v| v == role)
+}
+
+/// A node stacks may be placed on now: labelled with the role, Ready, not cordoned.
+pub fn is_schedulable_stack_node(node: &Node, role: &str) -> bool {
     let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
-    has_role && !cordoned && is_ready(node)
+    has_role(node, role) && !cordoned && is_ready(node)
 }
 
 /// The node's Ready condition is `True`.

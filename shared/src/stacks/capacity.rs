@@ -3,12 +3,12 @@
 //! Computed from the records and the node list a stats call already reads, so it costs no
 //! cluster call of its own.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use k8s_openapi::api::core::v1::Node;
 use serde::Serialize;
 
-use crate::cluster::{is_ready, is_schedulable_stack_node};
+use crate::cluster::{has_role, is_ready, is_schedulable_stack_node};
 use crate::model::{Exposure, StackRecord};
 use crate::validate::quantity::{parse_bytes, parse_cpu_milli};
 
@@ -63,10 +63,10 @@ impl PortCapacity {
         let (total, used) = match settings.exposure {
             Exposure::NodePort => {
                 // Host ports left from hostport mode block their port for services.
-                let services: std::collections::HashSet<u16> = ports_of(Exposure::NodePort).collect();
+                let services: HashSet<u16> = ports_of(Exposure::NodePort).collect();
                 let blocked = ports_of(Exposure::HostPort)
                     .filter(|p| !services.contains(p))
-                    .collect::<std::collections::HashSet<u16>>();
+                    .collect::<HashSet<u16>>();
                 let used = count(ports_of(Exposure::NodePort).count()).saturating_add(count(blocked.len()));
                 (range_ports, used)
             }
@@ -127,14 +127,6 @@ impl Capacity {
             nodes: by_node,
         }
     }
-}
-
-fn has_role(node: &Node, role: &str) -> bool {
-    node.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get("role"))
-        .is_some_and(|v| v == role)
 }
 
 fn node_capacity(node: &Node) -> NodeCapacity {

@@ -25,12 +25,11 @@
 //! record and key are removed within [`CREATE_CLEANUP_BUDGET`] and the answer is a 503. Every
 //! create answers within [`CREATE_DEADLINE`](crate::deadlines::CREATE_DEADLINE), however slow the cluster or DynamoDB.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Instant;
 
 use jiff::Timestamp;
-
-use std::collections::HashSet;
 
 use super::{StackError, Stacks, signed};
 use crate::cluster::{Scheduling, is_port_conflict, node_external_ip, with_host_ports};

@@ -10,24 +10,9 @@ use futures::StreamExt;
 use http::Method;
 use serde_json::json;
 use stack_tests::api::ApiHarness;
+use stack_tests::manifests::BENCH_POD;
 
 const CONCURRENCY: usize = 32;
-/// Small requests so that hundreds of stacks fit on the simulated nodes.
-const BENCH_POD: &str = r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: bench
-spec:
-  containers:
-    - name: app
-      image: registry.example/ctf/app:1
-      ports:
-        - containerPort: 1337
-      resources:
-        limits:
-          cpu: 10m
-          memory: 16Mi
-"#;
 
 #[tokio::main]
 async fn main() {

@@ -23,35 +23,15 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use stack_api::AppState;
-use stack_core::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, Protocol, StackId, TargetPort};
+use stack_core::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, StackId};
 use stack_core::store::{Store, StoreError};
 use stack_core::validate::{self, Rejection, ValidationPolicy};
 use stack_tests::api::{API_KEY, kube_config};
 use stack_tests::browser::{Browser, BrowserError, serve};
 use stack_tests::env::{EnvError, SimulatedNode, TestEnv, TestNamespace, TestTable, nodes, unique_name};
+use stack_tests::manifests::{BENCH_POD, BENCH_PORT};
 use stack_tests::reconciler::{add_schedulable_node, reconciler_config, running_record, stack_service};
 
-const BENCH_POD: &str = r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: bench
-  labels:
-    challenge: bench
-spec:
-  containers:
-    - name: app
-      image: registry.example/ctf/app:1
-      ports:
-        - containerPort: 1337
-      resources:
-        limits:
-          cpu: 10m
-          memory: 16Mi
-"#;
-const BENCH_PORT: TargetPort = TargetPort {
-    container_port: 1337,
-    protocol: Protocol::Tcp,
-};
 const SEED_CONCURRENCY: usize = 48;
 const PODS_PER_NODE: usize = 1000;
 const RUNNING_TIMEOUT: Duration = Duration::from_secs(900);
