@@ -61,9 +61,7 @@ pub fn counting_kube(config: kube::Config, counter: &CallCounter) -> Result<kube
         counter.bump();
         request
     });
-    Ok(kube::client::ClientBuilder::try_from(config)?
-        .with_layer(&layer)
-        .build())
+    Ok(stack_core::cluster::client_builder(&config)?.with_layer(&layer).build())
 }
 
 /// Requests by kind, shared by clones: Kubernetes by HTTP method, DynamoDB by operation.
@@ -145,9 +143,7 @@ pub fn kube_counting_by_kind(config: kube::Config, calls: &CallsByKind) -> Resul
         counter.fetch_add(1, Ordering::Relaxed);
         request
     });
-    Ok(kube::client::ClientBuilder::try_from(config)?
-        .with_layer(&layer)
-        .build())
+    Ok(stack_core::cluster::client_builder(&config)?.with_layer(&layer).build())
 }
 
 #[derive(Debug)]

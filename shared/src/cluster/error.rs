@@ -31,8 +31,6 @@ pub enum ClusterError {
         #[source]
         source: kube::Error,
     },
-    #[error("watching the pod failed")]
-    Watch(#[source] kube::runtime::wait::Error),
     /// An object the apiserver returned lacks what it always carries.
     #[error("kubernetes returned an incomplete object: {0}")]
     Incomplete(&'static str),
@@ -66,11 +64,7 @@ impl ClusterError {
 
     /// A dependency problem that may pass: the client is told to retry (503).
     pub fn is_transient(&self) -> bool {
-        match self {
-            ClusterError::Unavailable { .. } => true,
-            ClusterError::Watch(kube::runtime::wait::Error::ProbeFailed(err)) => watch_error_is_transient(err),
-            _ => false,
-        }
+        matches!(self, ClusterError::Unavailable { .. })
     }
 }
 
@@ -80,15 +74,6 @@ fn is_transient(err: &kube::Error) -> bool {
         kube::Error::Api(status) => status.code == 429 || (500..=599).contains(&status.code),
         kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
         _ => false,
-    }
-}
-
-fn watch_error_is_transient(err: &kube::runtime::watcher::Error) -> bool {
-    use kube::runtime::watcher::Error;
-    match err {
-        Error::InitialListFailed(e) | Error::WatchStartFailed(e) | Error::WatchFailed(e) => is_transient(e),
-        Error::WatchError(status) => status.code == 429 || status.code == 410 || (500..=599).contains(&status.code),
-        Error::NoResourceVersion => false,
     }
 }
 

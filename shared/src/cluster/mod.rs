@@ -8,16 +8,17 @@ mod namespace;
 mod nodeports;
 mod objects;
 mod observe;
+mod pod_watch;
 
 use std::collections::HashSet;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::api::{DeleteParams, ListParams, PostParams};
-use kube::runtime::wait::await_condition;
 use kube::{Api, Client};
+use tokio::time::Instant;
 
-pub use client::{apply_client_limits, connect};
+pub use client::{KubeService, apply_client_limits, client_builder, connect};
 pub use error::ClusterError;
 pub use namespace::NamespacePolicy;
 pub use objects::{stack_service, with_host_ports};
@@ -212,37 +213,18 @@ impl Cluster {
         Ok(())
     }
 
-    /// Waits (watching, not polling) until the scheduler binds the pod or gives up on it,
-    /// at most `budget`.
-    pub async fn wait_scheduled(&self, name: &str, budget: Duration) -> Result<Scheduling, ClusterError> {
+    /// Waits (watching, not polling) until the scheduler binds the `created` pod or gives up
+    /// on it, at most `budget`: the pod then, or as last seen.
+    pub async fn wait_scheduled(&self, created: Pod, budget: Duration) -> Result<Pod, ClusterError> {
         let decided = |pod: &Pod| !matches!(scheduling_of(pod), Scheduling::Pending);
-        let pod = self.wait_for_pod(name, budget, decided).await?;
-        Ok(pod.map_or(Scheduling::Pending, |p| scheduling_of(&p)))
+        pod_watch::until(&self.pods, created, Instant::now() + budget, decided).await
     }
 
-    /// Waits (watching) until the bound pod has started (or already ended), at most `budget`:
-    /// its status then, or `creating`.
-    pub async fn wait_started(&self, name: &str, budget: Duration) -> Result<StackStatus, ClusterError> {
+    /// Waits (watching) until the `bound` pod has started (or already ended), at most
+    /// `budget`: the pod then, or as last seen.
+    pub async fn wait_started(&self, bound: Pod, budget: Duration) -> Result<Pod, ClusterError> {
         let started = |pod: &Pod| observed_status(pod) != StackStatus::Creating;
-        let pod = self.wait_for_pod(name, budget, started).await?;
-        Ok(pod.map_or(StackStatus::Creating, |p| observed_status(&p)))
-    }
-
-    /// The pod once `done` holds for it, `None` if it does not within `budget`; a pod deleted
-    /// meanwhile is `NotFound`.
-    async fn wait_for_pod(
-        &self,
-        name: &str,
-        budget: Duration,
-        done: impl Fn(&Pod) -> bool,
-    ) -> Result<Option<Pod>, ClusterError> {
-        let condition = move |pod: Option<&Pod>| pod.is_none_or(&done);
-        match tokio::time::timeout(budget, await_condition(self.pods.clone(), name, condition)).await {
-            Err(_elapsed) => Ok(None),
-            Ok(Err(err)) => Err(ClusterError::Watch(err)),
-            Ok(Ok(None)) => Err(ClusterError::NotFound),
-            Ok(Ok(Some(pod))) => Ok(Some(pod)),
-        }
+        pod_watch::until(&self.pods, bound, Instant::now() + budget, started).await
     }
 
     pub async fn get_pod(&self, name: &str) -> Result<Option<Pod>, ClusterError> {

@@ -37,7 +37,7 @@ pub async fn eks_kube_client(
     let config = kube_config(&endpoint, timeouts).await?;
     let source = Arc::new(TokenSource::new(credentials, &region, cluster_name));
     source.header_at(SystemTime::now()).await?;
-    let builder = kube::client::ClientBuilder::try_from(config).map_err(|e| EksError::KubeClient(e.to_string()))?;
+    let builder = crate::cluster::client_builder(&config).map_err(|e| EksError::KubeClient(e.to_string()))?;
     tracing::info!(cluster = cluster_name, endpoint = %endpoint.url, "EKS client ready");
     Ok(builder.with_layer(&BearerAuthLayer::new(source)).build())
 }

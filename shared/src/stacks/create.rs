@@ -30,9 +30,10 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Instant;
 
 use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
 
 use super::{StackError, Stacks, signed};
-use crate::cluster::{Scheduling, is_port_conflict, node_external_ip, with_host_ports};
+use crate::cluster::{Scheduling, is_port_conflict, node_external_ip, observed_status, scheduling_of, with_host_ports};
 use crate::config::OnUnschedulable;
 use crate::deadlines::{ABANDONED_CLAIM_AGE, CREATE_CLEANUP_BUDGET, CREATE_WORK_BUDGET};
 use crate::model::{Exposure, PortMapping, StackId, StackRecord, StackStatus, TargetPort};
@@ -222,14 +223,13 @@ impl Stacks {
         let (ports, placement) = match self.config.exposure {
             Exposure::NodePort => {
                 let pod = self.cluster.create_pod(&hardened.pod).await?;
-                // The scheduler does not need the service: both go on at once (the service
-                // create took ~16 of the ~100 ms of a sequential create, bench-api).
-                let pod_name = id.pod_name();
-                let (ports, scheduling) = tokio::try_join!(
+                // The scheduler does not need the service: both go on at once (under load,
+                // the apiserver's node-port allocation is the slower of the two).
+                let (ports, pod) = tokio::try_join!(
                     self.cluster.create_service(id, &request.target_ports, &pod),
-                    self.cluster.wait_scheduled(&pod_name, self.left(started))
+                    self.cluster.wait_scheduled(pod.clone(), self.left(started))
                 )?;
-                (ports, self.await_placement(id, scheduling, started).await?)
+                (ports, self.await_placement(pod, started).await?)
             }
             Exposure::HostPort => {
                 self.place_on_host_ports(id, &hardened, &request.target_ports, started)
@@ -261,10 +261,10 @@ impl Stacks {
         let mut refreshed = false;
         for attempt in 1..=HOST_PORT_ATTEMPTS {
             let ports = self.cluster.pick_ports(targets, &rejected, &mut refreshed).await?;
-            self.cluster.create_pod(&with_host_ports(&hardened.pod, &ports)).await?;
+            let pod = self.cluster.create_pod(&with_host_ports(&hardened.pod, &ports)).await?;
             self.cluster.mark_host_ports_used(&ports);
-            let scheduling = self.cluster.wait_scheduled(&id.pod_name(), self.left(started)).await?;
-            match scheduling {
+            let pod = self.cluster.wait_scheduled(pod, self.left(started)).await?;
+            match scheduling_of(&pod) {
                 Scheduling::Unschedulable(why) if is_port_conflict(&why) => {
                     tracing::debug!(stack_id = %id, attempt, ?ports, "host ports taken on every node, choosing again");
                     self.cluster.delete_pod(&id.pod_name()).await?;
@@ -275,7 +275,7 @@ impl Stacks {
                     }
                     rejected.extend(ports.iter().map(|p| p.node_port));
                 }
-                scheduling => return Ok((ports, self.await_placement(id, scheduling, started).await?)),
+                _ => return Ok((ports, self.await_placement(pod, started).await?)),
             }
         }
         Err(StackError::Saturated(format!(
@@ -283,22 +283,16 @@ impl Stacks {
         )))
     }
 
-    /// After the scheduler's `scheduling` decision, waits within what is left of
+    /// After the scheduler's decision on `pod`, waits within what is left of
     /// `STACK_CREATE_WAIT` for the pod to start: the stack answers `running` with its node and
     /// address when it does in time, else `creating` with what is known so far.
-    async fn await_placement(
-        &self,
-        id: &StackId,
-        scheduling: Scheduling,
-        started: Instant,
-    ) -> Result<ObservedState, StackError> {
+    async fn await_placement(&self, pod: Pod, started: Instant) -> Result<ObservedState, StackError> {
         let not_placed = ObservedState {
             status: StackStatus::Creating,
             node_id: String::new(),
             node_public_ip: None,
         };
-        let pod_name = id.pod_name();
-        match scheduling {
+        match scheduling_of(&pod) {
             Scheduling::Unschedulable(why) => match self.config.on_unschedulable {
                 OnUnschedulable::Fail => Err(StackError::Saturated(why)),
                 // Left pending for an autoscaler to add a node; the lifecycle rule ends it
@@ -307,12 +301,12 @@ impl Stacks {
             },
             Scheduling::Pending => Ok(not_placed),
             Scheduling::Scheduled(node_name) => {
-                let (node, status) = tokio::try_join!(
+                let (node, pod) = tokio::try_join!(
                     self.cluster.get_node(&node_name),
-                    self.cluster.wait_started(&pod_name, self.left(started))
+                    self.cluster.wait_started(pod, self.left(started))
                 )?;
                 Ok(ObservedState {
-                    status,
+                    status: observed_status(&pod),
                     node_public_ip: node.as_ref().and_then(node_external_ip),
                     node_id: node_name,
                 })
