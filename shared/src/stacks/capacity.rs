@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Node;
 use serde::Serialize;
 
-use crate::model::StackRecord;
+use crate::model::StackUsage;
 use crate::validate::quantity::{parse_bytes, parse_cpu_milli};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -42,7 +42,7 @@ pub struct NodeCapacity {
 }
 
 impl Capacity {
-    pub fn of(records: &[StackRecord], nodes: &[Node], node_role: &str, port_range: (u16, u16)) -> Self {
+    pub fn of(records: &[StackUsage], nodes: &[Node], node_role: &str, port_range: (u16, u16)) -> Self {
         let mut by_node: BTreeMap<String, NodeCapacity> = nodes
             .iter()
             .filter(|n| has_role(n, node_role))
@@ -110,7 +110,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
-    use crate::model::{PortMapping, Protocol, StackStatus};
+    use crate::model::{PortMapping, Protocol, StackRecord, StackStatus};
 
     fn node(name: &str, role: &str, cpu: &str, memory: &str) -> Node {
         Node {
@@ -135,8 +135,8 @@ mod tests {
         }
     }
 
-    fn record(node: &str, status: StackStatus, ports: usize) -> StackRecord {
-        StackRecord::test()
+    fn record(node: &str, status: StackStatus, ports: usize) -> StackUsage {
+        let record = StackRecord::test()
             .node(node)
             .status(status)
             .ports(
@@ -148,7 +148,8 @@ mod tests {
                     })
                     .collect(),
             )
-            .requests(250, 1 << 20)
+            .requests(250, 1 << 20);
+        StackUsage::from(&record)
     }
 
     #[test]
