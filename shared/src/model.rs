@@ -257,6 +257,35 @@ impl StackRecord {
     }
 }
 
+/// What one stack holds of the cluster: the part of its record that `/stats` counts. The
+/// table's `usage` index (template.yaml) projects exactly these attributes, so reading every
+/// stack's usage reads small index items, never the records (names must match the record's).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StackUsage {
+    /// Node name, empty until scheduled.
+    pub node_id: String,
+    pub status: StackStatus,
+    pub ports: Vec<PortMapping>,
+    pub requested_cpu_milli: i64,
+    pub requested_memory_bytes: i64,
+    /// Older records carry none: they are NodePort stacks.
+    #[serde(default)]
+    pub exposure: Exposure,
+}
+
+impl From<&StackRecord> for StackUsage {
+    fn from(record: &StackRecord) -> Self {
+        Self {
+            node_id: record.node_id.clone(),
+            status: record.status,
+            ports: record.ports.clone(),
+            requested_cpu_milli: record.requested_cpu_milli,
+            requested_memory_bytes: record.requested_memory_bytes,
+            exposure: record.exposure,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

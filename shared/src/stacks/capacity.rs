@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Node;
 use serde::Serialize;
 
 use crate::cluster::{has_role, is_ready, is_schedulable_stack_node};
-use crate::model::{Exposure, StackRecord};
+use crate::model::{Exposure, StackUsage};
 use crate::validate::quantity::{parse_bytes, parse_cpu_milli};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -50,7 +50,7 @@ pub struct PortSettings<'a> {
 }
 
 impl PortCapacity {
-    fn of(records: &[StackRecord], schedulable_nodes: u32, settings: &PortSettings<'_>) -> Self {
+    fn of(records: &[StackUsage], schedulable_nodes: u32, settings: &PortSettings<'_>) -> Self {
         let (min, max) = settings.range;
         let range_ports = u32::from(max.saturating_sub(min)) + u32::from(max >= min);
         let ports_of = |exposure| {
@@ -101,7 +101,7 @@ pub struct NodeCapacity {
 }
 
 impl Capacity {
-    pub fn of(records: &[StackRecord], nodes: &[Node], ports: &PortSettings<'_>) -> Self {
+    pub fn of(records: &[StackUsage], nodes: &[Node], ports: &PortSettings<'_>) -> Self {
         let schedulable = nodes
             .iter()
             .filter(|n| is_schedulable_stack_node(n, ports.node_role))
@@ -156,7 +156,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
-    use crate::model::{PortMapping, Protocol, StackStatus};
+    use crate::model::{PortMapping, Protocol, StackRecord, StackStatus};
 
     fn node(name: &str, role: &str, cpu: &str, memory: &str) -> Node {
         Node {
@@ -181,8 +181,8 @@ mod tests {
         }
     }
 
-    fn record(node: &str, status: StackStatus, ports: usize) -> StackRecord {
-        StackRecord::test()
+    fn record(node: &str, status: StackStatus, ports: usize) -> StackUsage {
+        let record = StackRecord::test()
             .node(node)
             .status(status)
             .ports(
@@ -194,7 +194,15 @@ mod tests {
                     })
                     .collect(),
             )
-            .requests(250, 1 << 20)
+            .requests(250, 1 << 20);
+        StackUsage::from(&record)
+    }
+
+    fn hostport(usage: StackUsage) -> StackUsage {
+        StackUsage {
+            exposure: Exposure::HostPort,
+            ..usage
+        }
     }
 
     #[test]
@@ -261,8 +269,8 @@ mod tests {
             node("system", "infra", "8", "32Gi"),
         ];
         let records = [
-            record("a", StackStatus::Running, 2).exposure(Exposure::HostPort),
-            record("b", StackStatus::Running, 2).exposure(Exposure::HostPort),
+            hostport(record("a", StackStatus::Running, 2)),
+            hostport(record("b", StackStatus::Running, 2)),
             // Left from nodeport mode: its one port is blocked on both nodes.
             record("a", StackStatus::Running, 1),
         ];

@@ -11,7 +11,8 @@
 //! | `REFUSALS` | minute   | create refusals of that minute, one count per reason | 25 hours |
 //!
 //! Stacks share one partition so that reading them all is a consistent, paginated query (never
-//! a scan); the `created_at` index (keys only) pages through them oldest first.
+//! a scan); the `created_at` index (keys only) pages through them oldest first, and the `usage`
+//! index holds only what `/stats` counts of each ([`StackUsage`](crate::model::StackUsage)).
 
 mod cursor;
 mod error;

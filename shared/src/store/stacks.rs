@@ -18,7 +18,7 @@ use super::cursor::ListCursor;
 use super::item::{Item, PK, SK, from_item, key, s, to_item};
 use super::manifest::{self, MANIFEST_ATTR, StoredManifest};
 use super::{Store, StoreError, idempotency};
-use crate::model::{StackId, StackRecord, StackStatus};
+use crate::model::{StackId, StackRecord, StackStatus, StackUsage};
 
 const STACK_PK: &str = "STACK";
 const MANIFEST_PK: &str = "MANIFEST";
@@ -27,6 +27,19 @@ const MANIFEST_PK: &str = "MANIFEST";
 /// exact whole second sorts after the others of that second. Paging stays exact either way.
 const CREATED_INDEX: &str = "created_at";
 const CREATED_ATTR: &str = "created_at";
+/// The record's own id attribute (`StackRecord::stack_id`), the `usage` index's sort key.
+const STACK_ID_ATTR: &str = "stack_id";
+/// The index holding each stack's [`StackUsage`] (template.yaml: pk and `stack_id`,
+/// projecting only those attributes), so that reading every stack's usage reads items of
+/// about 200 bytes (keys included) instead of the records.
+const USAGE_INDEX: &str = "usage";
+/// The `usage` index is read in these `stack_id` ranges at once: ids are `stack-` and 16
+/// random hex digits, so the leading digit splits the stacks evenly and every id falls in
+/// exactly one range. 10,000 stacks: 16 queries of ~625 items, one page each.
+const USAGE_SEGMENTS: [&str; 16] = [
+    "stack-0", "stack-1", "stack-2", "stack-3", "stack-4", "stack-5", "stack-6", "stack-7", "stack-8", "stack-9",
+    "stack-a", "stack-b", "stack-c", "stack-d", "stack-e", "stack-f",
+];
 /// Most keys one BatchGetItem takes.
 const BATCH_GET_KEYS: usize = 100;
 /// BatchGetItem rounds for one set of keys (DynamoDB hands back what it could not read).
@@ -147,6 +160,39 @@ impl Store {
                 .then_with(|| a.stack_id.cmp(&b.stack_id))
         });
         Ok(records)
+    }
+
+    /// What every stack holds of the cluster, from the `usage` index: one query per id range
+    /// (16), all at once, of small items, neither the records nor their manifests. DynamoDB keeps
+    /// the index eventually consistent: a write shows there within a moment (DynamoDB Local: at
+    /// once). While the index does not exist or is still being built (the first deploy that
+    /// adds it returns before DynamoDB has filled it), the records are read instead.
+    pub async fn list_stack_usage(&self) -> Result<Vec<StackUsage>, StoreError> {
+        let segments = futures::future::try_join_all(USAGE_SEGMENTS.iter().map(|prefix| {
+            self.query_all(
+                || {
+                    self.client
+                        .query()
+                        .table_name(&self.table)
+                        .index_name(USAGE_INDEX)
+                        .key_condition_expression("#pk = :pk AND begins_with(#id, :prefix)")
+                        .expression_attribute_names("#pk", PK)
+                        .expression_attribute_names("#id", STACK_ID_ATTR)
+                        .expression_attribute_values(":pk", s(STACK_PK))
+                        .expression_attribute_values(":prefix", s(*prefix))
+                },
+                from_item::<StackUsage>,
+            )
+        }));
+        match segments.await {
+            Ok(segments) => Ok(segments.into_iter().flatten().collect()),
+            Err(err) if is_index_unready(&err) => {
+                tracing::warn!(error = %err, index = USAGE_INDEX, "index not readable yet, reading the records");
+                let records = self.list_stacks(Manifest::Omit).await?;
+                Ok(records.iter().map(StackUsage::from).collect())
+            }
+            Err(err) => Err(err),
+        }
     }
 
     /// Up to `limit` stack keys, oldest first, after `after` (from the start without it), and
@@ -431,6 +477,14 @@ fn manifest_of(item: Item) -> Result<String, StoreError> {
     manifest::decode(value)
 }
 
+/// DynamoDB's answer to a query of an index that does not exist, or is still being filled
+/// after it was added to the table.
+fn is_index_unready(err: &StoreError) -> bool {
+    matches!(err, StoreError::Backend { message, .. }
+        if message.starts_with("ValidationException")
+            && (message.contains("backfilling") || message.contains("does not have the specified index")))
+}
+
 /// `(pk, sk)` of an item.
 fn item_key(item: &Item) -> Result<(&str, &str), StoreError> {
     match (item.get(PK), item.get(SK)) {
@@ -499,5 +553,29 @@ mod tests {
         // ...and in between the renewal is refused, early rather than late.
         assert!(at("2026-11-22T10:00:01.5Z").to_string() < cutoff);
         assert_eq!(whole_second_after(at("2026-11-22T10:00:00Z")), "2026-11-22T10:00:00Z");
+    }
+
+    #[test]
+    fn only_a_missing_or_filling_index_sends_usage_to_the_records() {
+        let backend = |message: &str| StoreError::Backend {
+            operation: "Query",
+            message: message.to_owned(),
+            source: "test".into(),
+        };
+        for unready in [
+            "ValidationException: Cannot read from backfilling global secondary index: usage",
+            "ValidationException: The table does not have the specified index: usage",
+        ] {
+            assert!(is_index_unready(&backend(unready)), "{unready}");
+        }
+        for other in [
+            "ValidationException: Invalid KeyConditionExpression: Syntax error",
+            "ResourceNotFoundException: Requested resource not found",
+        ] {
+            assert!(!is_index_unready(&backend(other)), "{other}");
+        }
+        assert!(!is_index_unready(&StoreError::Malformed(
+            "does not have the specified index".into()
+        )));
     }
 }

@@ -8,13 +8,17 @@
 //! are shown (the page's own measure of its refresh: /stats, /history, one /stacks page,
 //! render), the calls that took, a later refresh, a turn to the next page, the rows in the
 //! DOM and the time to render after a scroll to the page's end; then `--loads` more full
-//! page loads (the key kept by the tab) and their median. Everything it made (table,
-//! namespace, nodes) is deleted at the end.
+//! page loads (the key kept by the tab) and their median. Before the browser, where the
+//! server's time goes: each read behind `/stats` and behind one `/stacks` page timed alone,
+//! `--rounds` times (median; 0 skips it). Everything it made (table, namespace, nodes) is
+//! deleted at the end.
 //!
 //! `cargo run --release -p stack-tests --bin bench-dashboard -- --stacks 10000 --loads 5`
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+
+use aws_sdk_dynamodb::types::AttributeValue;
 
 use fantoccini::Locator;
 use futures::StreamExt;
@@ -23,8 +27,9 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use stack_api::AppState;
-use stack_core::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, StackId};
-use stack_core::store::{Store, StoreError};
+use stack_core::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, STACK_ID_LABEL, StackId, StackUsage};
+use stack_core::stacks::{StackError, Stacks};
+use stack_core::store::{Manifest, Store, StoreError};
 use stack_core::validate::{self, Rejection, ValidationPolicy};
 use stack_tests::api::{API_KEY, kube_config};
 use stack_tests::browser::{Browser, BrowserError, serve};
@@ -36,6 +41,8 @@ const SEED_CONCURRENCY: usize = 48;
 const PODS_PER_NODE: usize = 1000;
 const RUNNING_TIMEOUT: Duration = Duration::from_secs(900);
 const PAGE_TIMEOUT: Duration = Duration::from_secs(120);
+/// The dashboard's page size (app.js `PAGE_LIMIT`).
+const PAGE_LIMIT: usize = 100;
 
 #[derive(Debug, thiserror::Error)]
 enum BenchError {
@@ -45,6 +52,12 @@ enum BenchError {
     Kube(#[from] kube::Error),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Stacks(#[from] StackError),
+    #[error(transparent)]
+    Cluster(#[from] stack_core::cluster::ClusterError),
+    #[error("query: {0}")]
+    Query(String),
     #[error(transparent)]
     Config(#[from] stack_core::config::ConfigError),
     #[error("the benchmark manifest was refused: {0}")]
@@ -72,8 +85,9 @@ async fn main() -> ExitCode {
     };
     let stacks: usize = arg("--stacks").and_then(|n| n.parse().ok()).unwrap_or(10_000);
     let loads: usize = arg("--loads").and_then(|n| n.parse().ok()).unwrap_or(5);
+    let rounds: usize = arg("--rounds").and_then(|n| n.parse().ok()).unwrap_or(5);
     let mut fixture = Fixture::default();
-    let result = run(&env, stacks, loads, &mut fixture).await;
+    let result = run(&env, stacks, loads, rounds, &mut fixture).await;
     fixture.remove(&env).await;
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -122,7 +136,13 @@ impl Fixture {
     }
 }
 
-async fn run(env: &TestEnv, stacks: usize, loads: usize, fixture: &mut Fixture) -> Result<(), BenchError> {
+async fn run(
+    env: &TestEnv,
+    stacks: usize,
+    loads: usize,
+    rounds: usize,
+    fixture: &mut Fixture,
+) -> Result<(), BenchError> {
     let table = fixture.table.insert(env.fresh_table("dash").await?);
     let table_name = table.name().to_owned();
     let namespace = fixture.namespace.insert(env.fresh_namespace("dash").await?);
@@ -164,6 +184,9 @@ async fn run(env: &TestEnv, stacks: usize, loads: usize, fixture: &mut Fixture) 
 
     let kube = kube::Client::try_from(kube_config(env).await)?;
     let state = AppState::with_clients(config, Store::new(env.dynamodb.clone(), &table_name, true), kube)?;
+    if rounds > 0 {
+        breakdown(env, &state, rounds).await?;
+    }
     let base = serve(stack_api::router(state)).await?;
     let browser = Browser::start(1366, 900).await?;
     let client = &browser.client;
@@ -277,6 +300,175 @@ async fn run(env: &TestEnv, stacks: usize, loads: usize, fixture: &mut Fixture) 
     }
     browser.close().await;
     Ok(())
+}
+
+/// Where the server's time goes: each read behind `/stats` and behind a `/stacks` page, alone,
+/// `rounds` times; prints the median of each (ms).
+async fn breakdown(env: &TestEnv, state: &AppState, rounds: usize) -> Result<(), BenchError> {
+    let stacks: &Stacks = &state.stacks;
+    let router = stack_api::router(state.clone());
+    let store = stacks.store();
+    let cluster = stacks.cluster();
+    let (keys, _) = store.list_stack_keys(None, PAGE_LIMIT).await?;
+    let ids: Vec<StackId> = keys.iter().map(|k| k.stack_id().clone()).collect();
+    let pods: Api<Pod> = Api::namespaced(env.kube.clone(), &stacks.config().namespace);
+    let selector = format!(
+        "{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{STACK_ID_LABEL} in ({})",
+        ids.iter().map(StackId::as_str).collect::<Vec<_>>().join(",")
+    );
+    println!("where the time goes ({rounds} rounds, median):");
+    println!("  /stats:");
+    timed(
+        rounds,
+        "records, one query (what /stats read before; the reconciler's)",
+        || async { Ok(store.list_stacks(Manifest::Omit).await?.len()) },
+    )
+    .await?;
+    timed(rounds, "records, one query with a ProjectionExpression", || async {
+        one_query(store, None).await
+    })
+    .await?;
+    timed(rounds, "usage index, one query", || async {
+        one_query(store, Some("usage")).await
+    })
+    .await?;
+    timed(rounds, "usage index, 16 ranges at once (what /stats reads)", || async {
+        Ok(store.list_stack_usage().await?.len())
+    })
+    .await?;
+    timed(rounds, "node list", || async { Ok(cluster.list_nodes().await?.len()) }).await?;
+    timed(rounds, "Stacks::stats", || async {
+        Ok(stacks.stats().await?.total_stacks)
+    })
+    .await?;
+    timed(rounds, "GET /stats through the router (bytes)", || async {
+        answer_bytes(&router, "/stats").await
+    })
+    .await?;
+    println!("  one /stacks page of {PAGE_LIMIT}:");
+    timed(rounds, "key listing (created_at index)", || async {
+        Ok(store.list_stack_keys(None, PAGE_LIMIT).await?.0.len())
+    })
+    .await?;
+    timed(rounds, "records + manifests (BatchGetItem, 25 at a time)", || async {
+        let mut n = 0;
+        for chunk in ids.chunks(25) {
+            n += store.get_stacks(chunk).await?.len();
+        }
+        Ok(n)
+    })
+    .await?;
+    timed(rounds, "their pods (label-selected, what a page reads)", || async {
+        Ok(cluster.list_pods_of(&ids).await?.len())
+    })
+    .await?;
+    timed(rounds, "their pods, one list without limit", || async {
+        Ok(pods.list(&ListParams::default().labels(&selector)).await?.items.len())
+    })
+    .await?;
+    timed(rounds, "their pods, possibly stale (resourceVersion=0)", || async {
+        let params = ListParams::default().labels(&selector).match_any();
+        Ok(pods.list(&params).await?.items.len())
+    })
+    .await?;
+    timed(rounds, "their services", || async {
+        Ok(cluster.list_services_of(&ids).await?.len())
+    })
+    .await?;
+    timed(rounds, "Stacks::list_page", || async {
+        Ok(stacks
+            .list_page(None, PAGE_LIMIT, usize::MAX, |_| 0)
+            .await?
+            .stacks
+            .len())
+    })
+    .await?;
+    timed(rounds, "GET /stacks?limit=100 through the router (bytes)", || async {
+        answer_bytes(&router, &format!("/stacks?limit={PAGE_LIMIT}")).await
+    })
+    .await?;
+    Ok(())
+}
+
+/// Runs `read` `rounds` times and prints its median time and what it counted.
+async fn timed<F, Fut>(rounds: usize, what: &str, read: F) -> Result<(), BenchError>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<usize, BenchError>>,
+{
+    let mut samples = Vec::with_capacity(rounds);
+    let mut counted = 0;
+    for _ in 0..rounds.max(1) {
+        let started = Instant::now();
+        counted = read().await?;
+        samples.push(started.elapsed());
+    }
+    samples.sort();
+    println!(
+        "    {what}: {} ms ({counted} items)",
+        samples[samples.len() / 2].as_millis()
+    );
+    Ok(())
+}
+
+/// The size of the router's answer to `GET path` (with the key), which must be a 200.
+async fn answer_bytes(router: &axum::Router, path: &str) -> Result<usize, BenchError> {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let request = http::Request::get(path)
+        .header("X-API-KEY", API_KEY)
+        .body(axum::body::Body::empty())
+        .map_err(|e| BenchError::Query(e.to_string()))?;
+    let response = router
+        .clone()
+        .oneshot(request)
+        .await
+        .map_err(|e| BenchError::Query(e.to_string()))?;
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| BenchError::Query(e.to_string()))?
+        .to_bytes();
+    if status != http::StatusCode::OK {
+        return Err(BenchError::Query(format!("GET {path}: {status}")));
+    }
+    Ok(body.len())
+}
+
+/// One query (page after page) of the stacks' partition, of the table with a
+/// ProjectionExpression of what `/stats` counts (DynamoDB still reads, and pages by, whole
+/// records) or of `index`; the items read as [`StackUsage`].
+async fn one_query(store: &Store, index: Option<&str>) -> Result<usize, BenchError> {
+    let mut start = None;
+    let mut n = 0;
+    loop {
+        let query = store
+            .client()
+            .query()
+            .table_name(store.table())
+            .set_index_name(index.map(str::to_owned))
+            .key_condition_expression("pk = :pk")
+            .expression_attribute_values(":pk", AttributeValue::S("STACK".into()))
+            .set_exclusive_start_key(start);
+        let query = match index {
+            Some(_) => query,
+            None => query
+                .consistent_read(true)
+                .projection_expression("#s, node_id, ports, requested_cpu_milli, requested_memory_bytes")
+                .expression_attribute_names("#s", "status"),
+        };
+        let out = query.send().await.map_err(|e| BenchError::Query(e.to_string()))?;
+        for item in out.items.unwrap_or_default() {
+            let _: StackUsage = serde_dynamo::from_item(item).map_err(|e| BenchError::Query(e.to_string()))?;
+            n += 1;
+        }
+        start = out.last_evaluated_key;
+        if start.is_none() {
+            return Ok(n);
+        }
+    }
 }
 
 async fn loaded_at(client: &fantoccini::Client) -> Result<String, BenchError> {

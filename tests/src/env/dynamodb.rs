@@ -115,9 +115,14 @@ pub struct TestTable {
 impl TestTable {
     /// Creates a fresh table named `<prefix>-<random>`.
     pub async fn create(client: &Client, prefix: &str) -> Result<Self, EnvError> {
-        let definition = TableDefinition::stack_table()?;
+        Self::create_with(client, prefix, &TableDefinition::stack_table()?).await
+    }
+
+    /// Like [`create`](Self::create), with another schema (e.g. the template's without an
+    /// index, as a table deployed before that index was added).
+    pub async fn create_with(client: &Client, prefix: &str, definition: &TableDefinition) -> Result<Self, EnvError> {
         let name = unique_name(prefix);
-        create_table(client, &name, &definition).await?;
+        create_table(client, &name, definition).await?;
         Ok(Self {
             name,
             client: client.clone(),

@@ -249,4 +249,28 @@ Outputs:
         let table = TableDefinition::stack_table().expect("template.yaml parses");
         assert!(table.key_schema.iter().any(|k| k.key_type == "HASH"));
     }
+
+    #[test]
+    fn the_usage_index_projects_every_field_stats_reads() {
+        use stack_core::model::{Exposure, StackStatus, StackUsage};
+        let table = TableDefinition::stack_table().expect("template.yaml parses");
+        let usage = table
+            .global_secondary_indexes
+            .iter()
+            .find(|i| i.index_name == "usage")
+            .expect("index usage");
+        let usage_fields = serde_json::to_value(StackUsage {
+            node_id: String::new(),
+            status: StackStatus::Running,
+            ports: Vec::new(),
+            requested_cpu_milli: 0,
+            requested_memory_bytes: 0,
+            exposure: Exposure::HostPort,
+        })
+        .expect("usage serializes");
+        let projected = &usage.projection.non_key_attributes;
+        for field in usage_fields.as_object().expect("an object").keys() {
+            assert!(projected.contains(field), "{field} is not projected: {projected:?}");
+        }
+    }
 }

@@ -145,3 +145,90 @@ async fn history_shows_reconcile_passes_and_refused_creates() {
     assert_eq!(list["stacks"][0]["labels"]["challenge"], json!("web"));
     api.finish().await;
 }
+
+/// `/stats` once it shows `total` stacks (the `usage` index follows the table within a
+/// moment); a count that never settles there fails.
+async fn stats_once_total(api: &ApiHarness, total: usize) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let stats = api.call(Method::GET, "/stats", None).await.json;
+        if stats["total_stacks"] == json!(total) {
+            return stats;
+        }
+        assert!(Instant::now() < deadline, "/stats never showed {total} stacks: {stats}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn stats_count_exactly_what_creates_and_deletes_leave() {
+    let api = ApiHarness::start().await;
+    let two_ports = WEB_POD.replace(
+        "        - containerPort: 80\n",
+        "        - containerPort: 80\n        - containerPort: 81\n",
+    );
+    let mut ids = Vec::new();
+    for (manifest, ports) in [
+        (WEB_POD, json!([{"container_port": 80}])),
+        (
+            two_ports.as_str(),
+            json!([{"container_port": 80}, {"container_port": 81}]),
+        ),
+        (WEB_POD, json!(80)),
+    ] {
+        let created = api.create(manifest, ports).await;
+        assert_eq!(created.status, 201, "{}", created.json);
+        ids.push(created.json["stack_id"].as_str().expect("stack_id").to_owned());
+    }
+
+    // Every count against what the records say (each stack takes 100m and 64Mi).
+    let expect = |stats: &Value, stacks: u64, ports: u64| {
+        assert_eq!(stats["total_stacks"], json!(stacks), "{stats}");
+        let statuses: u64 = stats["status_counts"]
+            .as_object()
+            .expect("status_counts")
+            .values()
+            .filter_map(Value::as_u64)
+            .sum();
+        assert_eq!(statuses, stacks, "{stats}");
+        let active = stats["active_stacks"].as_u64().expect("active_stacks");
+        assert_eq!(active, stacks, "every stack here is creating or running: {stats}");
+        assert_eq!(stats["used_node_ports"], json!(ports), "{stats}");
+        assert_eq!(stats["capacity"]["node_ports"]["used"], json!(ports), "{stats}");
+        assert_eq!(stats["reserved_cpu_milli"], json!(100 * stacks), "{stats}");
+        assert_eq!(
+            stats["reserved_memory_bytes"],
+            json!(64 * 1024 * 1024 * stacks),
+            "{stats}"
+        );
+        let placed: u64 = stats["node_distribution"]
+            .as_object()
+            .expect("node_distribution")
+            .values()
+            .filter_map(Value::as_u64)
+            .sum();
+        let on_nodes: u64 = stats["capacity"]["nodes"]
+            .as_object()
+            .expect("capacity.nodes")
+            .values()
+            .filter_map(|n| n["stacks"].as_u64())
+            .sum();
+        assert_eq!(placed, on_nodes, "{stats}");
+        assert!(placed <= stacks, "{stats}");
+    };
+    expect(&stats_once_total(&api, 3).await, 3, 4);
+
+    let deleted = api.call(Method::DELETE, &format!("/stacks/{}", ids[1]), None).await;
+    assert_eq!(deleted.status, 200, "{}", deleted.json);
+    expect(&stats_once_total(&api, 2).await, 2, 2);
+
+    for id in [&ids[0], &ids[2]] {
+        let deleted = api.call(Method::DELETE, &format!("/stacks/{id}"), None).await;
+        assert_eq!(deleted.status, 200, "{}", deleted.json);
+    }
+    let empty = stats_once_total(&api, 0).await;
+    expect(&empty, 0, 0);
+    assert_eq!(empty["node_distribution"], json!({}));
+    assert_eq!(empty["status_counts"], json!({}));
+    api.finish().await;
+}

@@ -7,10 +7,13 @@
 use http::Method;
 use jiff::{SignedDuration, Timestamp};
 use serde_json::json;
-use stack_core::model::StackId;
-use stack_core::store::{ListCursor, MAX_ITEM_BYTES, Manifest, Store, StoreError, StoredManifest, UnstorableManifest};
+use stack_core::model::{StackId, StackStatus, StackUsage};
+use stack_core::store::{
+    IdempotencyClaim, ListCursor, MAX_ITEM_BYTES, Manifest, ObservedState, Store, StoreError, StoredManifest,
+    UnstorableManifest,
+};
 use stack_tests::api::{ApiHarness, Reply, listed_ids};
-use stack_tests::env::TestEnv;
+use stack_tests::env::{TableDefinition, TestEnv, TestTable};
 use stack_tests::manifests::{noise, put_plain_manifest};
 use stack_tests::reconciler::running_record;
 
@@ -277,4 +280,85 @@ async fn manifests_at_the_validator_limits_are_stored_whole_or_refused_before_an
         api.assert_nothing_left().await;
     }
     api.finish().await;
+}
+
+/// Usage as a sorted list, to compare what the index holds with the records (it has no ids).
+fn usage_of(usage: impl IntoIterator<Item = StackUsage>) -> Vec<String> {
+    let mut usage: Vec<String> = usage.into_iter().map(|u| format!("{u:?}")).collect();
+    usage.sort();
+    usage
+}
+
+#[tokio::test]
+async fn the_usage_index_follows_creates_updates_and_deletes() {
+    let env = TestEnv::connect().await.expect("local environment (run tests/env/up)");
+    let table = env.fresh_table("store").await.expect("fresh table");
+    let store = Store::new(env.dynamodb.clone(), table.name(), true);
+    let ttl = Timestamp::now() + SignedDuration::from_hours(1);
+    // Enough stacks that every one of the 16 id ranges the index is read in holds some.
+    let mut records = Vec::new();
+    for i in 0..64_u16 {
+        let mut record = running_record(&StackId::generate(), "stacks", &format!("node-{}", i % 3), None, ttl);
+        record.requested_cpu_milli = i64::from(i);
+        record.ports[0].node_port = 31001 + i;
+        if i % 4 == 0 {
+            record.status = StackStatus::Creating;
+            record.node_id = String::new();
+        }
+        store.put_new_stack(&record).await.unwrap();
+        records.push(record);
+    }
+    // An idempotency claim also carries a stack_id; it is no stack.
+    let claimed = records[0].stack_id.clone();
+    let claim = IdempotencyClaim {
+        body_sha256: "0".repeat(64),
+        stack_id: claimed,
+        claimed_at: Timestamp::now(),
+    };
+    let held = store.claim_idempotency_key("key-1", &claim, ttl).await.unwrap();
+    assert_eq!(held, None);
+    assert_eq!(
+        usage_of(store.list_stack_usage().await.unwrap()),
+        usage_of(records.iter().map(StackUsage::from))
+    );
+
+    // A status written back shows; a deleted stack is gone.
+    let observed = ObservedState {
+        status: StackStatus::Stopped,
+        node_id: "node-9".into(),
+        node_public_ip: None,
+    };
+    store
+        .update_observed(&records[1].stack_id, &observed, Timestamp::now())
+        .await
+        .unwrap();
+    records[1].status = StackStatus::Stopped;
+    records[1].node_id = "node-9".into();
+    let deleted = records.remove(2);
+    store.delete_stack(&deleted).await.unwrap();
+    assert_eq!(
+        usage_of(store.list_stack_usage().await.unwrap()),
+        usage_of(records.iter().map(StackUsage::from))
+    );
+    table.delete().await.unwrap();
+}
+
+#[tokio::test]
+async fn usage_is_read_from_the_records_while_the_index_is_missing() {
+    // A table deployed before the index was added (or while DynamoDB still fills it).
+    let env = TestEnv::connect().await.expect("local environment (run tests/env/up)");
+    let mut definition = TableDefinition::stack_table().expect("template.yaml");
+    definition.global_secondary_indexes.retain(|i| i.index_name != "usage");
+    definition
+        .attribute_definitions
+        .retain(|a| a.attribute_name != "stack_id");
+    let table = TestTable::create_with(&env.dynamodb, "store", &definition)
+        .await
+        .expect("table without the usage index");
+    let store = Store::new(env.dynamodb.clone(), table.name(), true);
+    let ttl = Timestamp::now() + SignedDuration::from_hours(1);
+    let record = running_record(&StackId::generate(), "stacks", "node-1", None, ttl);
+    store.put_new_stack(&record).await.unwrap();
+    assert_eq!(store.list_stack_usage().await.unwrap(), vec![StackUsage::from(&record)]);
+    table.delete().await.unwrap();
 }
