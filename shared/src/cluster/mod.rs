@@ -11,12 +11,11 @@ mod observe;
 mod pod_watch;
 
 use std::collections::HashSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
-use tokio::time::Instant;
 
 pub use client::{KubeService, apply_client_limits, client_builder, connect};
 pub use error::ClusterError;
@@ -62,6 +61,9 @@ pub struct Cluster {
     guard: namespace::NamespaceGuard,
     port_policy: PortPolicy,
     ports: PortPicker,
+    /// One port-view refresh at a time: concurrent creates share it (at 8,000 stacks, 32
+    /// creates each listing every pod at once stalled creates past their deadline).
+    port_refresh: tokio::sync::Mutex<()>,
 }
 
 impl Cluster {
@@ -72,6 +74,7 @@ impl Cluster {
             nodes: Api::all(client.clone()),
             guard: namespace::NamespaceGuard::new(client.clone(), namespace, policy, port_policy.exposure),
             ports: PortPicker::new(port_policy.range.0, port_policy.range.1),
+            port_refresh: tokio::sync::Mutex::new(()),
             port_policy,
             namespace: namespace.to_owned(),
             client,
@@ -149,14 +152,14 @@ impl Cluster {
         refreshed: &mut bool,
     ) -> Result<Vec<PortMapping>, ClusterError> {
         if self.ports.is_stale() {
-            self.refresh_port_use().await?;
+            self.refresh_port_use_since(Instant::now()).await?;
             *refreshed = true;
         }
         let picked = match self.ports.pick(targets.len(), rejected) {
             Some(picked) => picked,
             None if !*refreshed => {
                 // Our view may be old: look again before declaring the range full.
-                self.refresh_port_use().await?;
+                self.refresh_port_use_since(Instant::now()).await?;
                 *refreshed = true;
                 self.ports
                     .pick(targets.len(), rejected)
@@ -183,6 +186,15 @@ impl Cluster {
     /// The scheduler found `ports` taken on every node: not picked again until the next refresh.
     pub fn mark_ports_full(&self, ports: &[PortMapping]) {
         self.ports.mark_full(ports.iter().map(|p| p.node_port));
+    }
+
+    /// Refreshes the port view unless another create finished a refresh since `asked`.
+    async fn refresh_port_use_since(&self, asked: Instant) -> Result<(), ClusterError> {
+        let _one_at_a_time = self.port_refresh.lock().await;
+        if self.ports.refreshed_at().is_some_and(|at| at >= asked) {
+            return Ok(());
+        }
+        self.refresh_port_use().await
     }
 
     /// What the range's ports hold: services' node ports (taken on every node, whatever the
@@ -217,14 +229,14 @@ impl Cluster {
     /// on it, at most `budget`: the pod then, or as last seen.
     pub async fn wait_scheduled(&self, created: Pod, budget: Duration) -> Result<Pod, ClusterError> {
         let decided = |pod: &Pod| !matches!(scheduling_of(pod), Scheduling::Pending);
-        pod_watch::until(&self.pods, created, Instant::now() + budget, decided).await
+        pod_watch::until(&self.pods, created, budget, decided).await
     }
 
     /// Waits (watching) until the `bound` pod has started (or already ended), at most
     /// `budget`: the pod then, or as last seen.
     pub async fn wait_started(&self, bound: Pod, budget: Duration) -> Result<Pod, ClusterError> {
         let started = |pod: &Pod| observed_status(pod) != StackStatus::Creating;
-        pod_watch::until(&self.pods, bound, Instant::now() + budget, started).await
+        pod_watch::until(&self.pods, bound, budget, started).await
     }
 
     pub async fn get_pod(&self, name: &str) -> Result<Option<Pod>, ClusterError> {

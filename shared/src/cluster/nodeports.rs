@@ -59,6 +59,10 @@ impl PortPicker {
         self.view.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    pub(crate) fn refreshed_at(&self) -> Option<Instant> {
+        self.view().refreshed_at
+    }
+
     pub(crate) fn is_stale(&self) -> bool {
         self.view().refreshed_at.is_none_or(|at| at.elapsed() > VIEW_MAX_AGE)
     }

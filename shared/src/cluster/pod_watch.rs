@@ -8,6 +8,7 @@
 //! The create already holds the pod it wrote, so it watches from there: one call, no list.
 
 use std::pin::pin;
+use std::time::Duration;
 
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -17,14 +18,15 @@ use tokio::time::Instant;
 
 use super::ClusterError;
 
-/// The pod once `done` holds for it, or as last seen when `deadline` comes; `NotFound` when it
-/// is deleted meanwhile.
+/// The pod once `done` holds for it, or as last seen when `budget` runs out; `NotFound` when
+/// it is deleted meanwhile.
 pub(super) async fn until(
     pods: &Api<Pod>,
     seen: Pod,
-    deadline: Instant,
+    budget: Duration,
     done: impl Fn(&Pod) -> bool,
 ) -> Result<Pod, ClusterError> {
+    let deadline = Instant::now() + budget;
     let mut latest = seen;
     while !done(&latest) {
         match tokio::time::timeout_at(deadline, next_version(pods, &latest)).await {
