@@ -62,6 +62,10 @@ pub type KubeService = BoxService<Request<Body>, Response<Box<DynBody>>, BoxErro
 /// (kube-rs/kube#2056): a request written right after the TLS handshake of a new connection
 /// (every watch takes one) then waited for the apiserver's delayed ACK, ~40 ms per watch.
 pub fn client_builder(config: &kube::Config) -> Result<ClientBuilder<KubeService>, kube::Error> {
+    if config.proxy_url.is_some() {
+        // A proxy from the kubeconfig: kube's own builder knows how to reach it.
+        return ClientBuilder::try_from(config.clone());
+    }
     let mut tcp = HttpConnector::new();
     tcp.enforce_http(false);
     tcp.set_nodelay(true);
@@ -83,4 +87,66 @@ pub fn client_builder(config: &kube::Config) -> Result<ClientBuilder<KubeService
         })
         .boxed();
     Ok(ClientBuilder::new(service, config.default_namespace.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// A config for a plain-HTTP "apiserver" on `port`, with a bearer token and short timeouts.
+    fn config(port: u16) -> kube::Config {
+        let mut config = kube::Config::new(format!("http://127.0.0.1:{port}").parse().unwrap());
+        config.auth_info.token = Some("secret-token".to_owned().into());
+        config.read_timeout = Some(Duration::from_millis(300));
+        config
+    }
+
+    async fn get_version(client: &kube::Client) -> Result<String, kube::Error> {
+        client
+            .request_text(Request::get("/version").body(Vec::new()).unwrap())
+            .await
+    }
+
+    #[tokio::test]
+    async fn requests_carry_the_configs_credentials_to_its_server() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut request = vec![0; 4096];
+            let n = socket.read(&mut request).await.unwrap();
+            socket
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .await
+                .unwrap();
+            String::from_utf8_lossy(&request[..n]).to_lowercase()
+        });
+        let client = client_builder(&config(port)).unwrap().build();
+        assert_eq!(get_version(&client).await.unwrap(), "ok");
+        let request = server.await.unwrap();
+        assert!(request.starts_with("get /version http/1.1"), "{request}");
+        assert!(request.contains("authorization: bearer secret-token"), "{request}");
+    }
+
+    #[tokio::test]
+    async fn a_server_that_never_answers_fails_the_call_at_the_read_timeout() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let _silent = tokio::spawn(async move {
+            let (socket, _) = listener.accept().await.unwrap();
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            drop(socket);
+        });
+        let client = client_builder(&config(port)).unwrap().build();
+        let outcome = tokio::time::timeout(Duration::from_secs(10), get_version(&client)).await;
+        assert!(
+            matches!(outcome, Ok(Err(_))),
+            "the call must fail, not hang: {outcome:?}"
+        );
+    }
 }
