@@ -12,6 +12,9 @@ use std::time::Duration;
 
 use axum::body::Body;
 use http::{Method, Request};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{DeleteParams, ListParams};
 use serde_json::json;
 use stack_core::model::StackId;
 use stack_tests::api::{API_KEY, ApiHarness, Reply, WEB_POD};
@@ -205,6 +208,44 @@ async fn reads_and_deletes_during_an_apiserver_outage_answer_503_and_keep_the_st
     // The failed delete kept the record, so the stack can still be deleted (or reconciled).
     let again = api.call(Method::DELETE, &format!("/stacks/{id}"), None).await;
     assert_eq!(again.status, 200, "{}", again.json);
+    api.assert_nothing_left().await;
+    api.finish().await;
+}
+
+/// kwok stopped, so the scheduler binds the pod and nobody starts it: the create waits for
+/// the start while someone (an operator, an eviction) deletes the pod. The platform asked for
+/// a new stack, so the answer is "try again" (503), not "gone" (404), and nothing is left.
+#[tokio::test]
+async fn a_pod_deleted_while_its_create_waits_for_it_is_503_and_nothing_is_left() {
+    let _serial = OUTAGE.lock().await;
+    let api = ApiHarness::start().await;
+    let pods = kube::Api::<Pod>::namespaced(api.env.kube.clone(), &api.namespace);
+    let kwok = Component::find(&api.env.settings, "kwok").expect("kwok pid");
+    let paused = kwok.pause().expect("SIGSTOP");
+    let delete_once_bound = async {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+        while tokio::time::Instant::now() < deadline {
+            let listed = pods.list(&ListParams::default()).await.expect("list pods");
+            let bound = listed
+                .items
+                .iter()
+                .find(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()));
+            if let Some(pod) = bound {
+                let force = DeleteParams::default().grace_period(0);
+                pods.delete(&pod.name_any(), &force).await.expect("delete pod");
+                return pod.status.as_ref().and_then(|s| s.phase.clone());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
+    };
+    let (created, phase) = tokio::join!(api.send(create_request(None)), delete_once_bound);
+    paused.resume().expect("SIGCONT");
+    assert_eq!(phase.as_deref(), Some("Pending"), "a bound pod that had not started");
+    assert_eq!(created.status, 503, "{}", created.json);
+    assert!(created.headers.contains_key("retry-after"), "503 without Retry-After");
+    let message = created.json["error"].as_str().unwrap_or_default();
+    assert!(message.contains("deleted while"), "{}", created.json);
     api.assert_nothing_left().await;
     api.finish().await;
 }

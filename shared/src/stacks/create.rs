@@ -117,6 +117,11 @@ impl Stacks {
         };
         let remaining = CREATE_WORK_BUDGET.saturating_sub(started.elapsed());
         let result = match tokio::time::timeout(remaining, work).await {
+            // Nothing of a stack being made can be "gone" to its caller: its pod was deleted
+            // under the create (an operator, an eviction), and a new try makes a new one.
+            Ok(Err(StackError::NotFound)) => Err(StackError::Unavailable(
+                "the stack's pod was deleted while it was being created, retry".to_owned(),
+            )),
             Ok(result) => result,
             Err(_) => {
                 tracing::warn!(stack_id = %id, "create ran out of time; removing what it made");
