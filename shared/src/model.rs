@@ -70,6 +70,12 @@ impl StackId {
         Self(format!("{}{:016x}", Self::PREFIX, rand::random::<u64>()))
     }
 
+    /// One prefix per leading hex digit of the random part: every id starts with exactly one,
+    /// and random ids spread evenly over them, so a reader can split all stacks in 16 ranges.
+    pub fn leading_digit_prefixes() -> impl Iterator<Item = String> {
+        (0..16u8).map(|digit| format!("{}{digit:x}", Self::PREFIX))
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -289,6 +295,22 @@ impl From<&StackRecord> for StackUsage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_stack_id_starts_with_exactly_one_leading_digit_prefix() {
+        let prefixes: Vec<String> = StackId::leading_digit_prefixes().collect();
+        assert_eq!(prefixes.len(), 16);
+        for _ in 0..200 {
+            let id = StackId::generate();
+            let matching = prefixes.iter().filter(|p| id.as_str().starts_with(p.as_str())).count();
+            assert_eq!(matching, 1, "{id}");
+        }
+        assert!(
+            prefixes
+                .iter()
+                .all(|p| p.as_str() < "stack-g" && p.as_str() >= "stack-0")
+        );
+    }
 
     #[test]
     fn records_written_before_hostport_mode_read_as_nodeport() {

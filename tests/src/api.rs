@@ -17,7 +17,7 @@ use stack_core::store::{Manifest, Store};
 use tower::ServiceExt;
 
 use crate::black_hole::BlackHole;
-use crate::counting::{CallCounter, counting_dynamodb, counting_kube};
+use crate::counting::{CallsByKind, dynamodb_counting_by_operation, kube_counting_by_kind};
 use crate::env::{TestEnv, TestTable, unique_name};
 
 pub const API_KEY: &str = "local-test-key";
@@ -47,8 +47,8 @@ pub struct ApiHarness {
     pub state: AppState,
     pub namespace: String,
     pub table: TestTable,
-    pub kube_calls: CallCounter,
-    pub dynamodb_calls: CallCounter,
+    /// Requests the API's clients sent, by kind.
+    pub calls: CallsByKind,
     /// The hanging apiserver the stack operations talk to, if the harness has one.
     _black_hole: Option<BlackHole>,
 }
@@ -104,10 +104,9 @@ impl ApiHarness {
             vars.insert((*k).into(), (*v).into());
         }
         let config = Config::from_lookup(|name| vars.get(name).cloned()).expect("test config is valid");
-        let kube_calls = CallCounter::default();
-        let dynamodb_calls = CallCounter::default();
-        let kube = counting_kube(kube, &kube_calls).expect("kube client");
-        let dynamodb = counting_dynamodb(&env.dynamodb, &dynamodb_calls);
+        let calls = CallsByKind::default();
+        let kube = kube_counting_by_kind(kube, &calls).expect("kube client");
+        let dynamodb = dynamodb_counting_by_operation(&env.dynamodb, &calls);
         // `DDB_STACK_TABLE` may name another harness's table (a second sandbox over the same stacks).
         let store = Store::new(dynamodb, &config.table, config.consistent_read);
         let state = AppState::with_clients(config, store, kube).expect("state");
@@ -116,8 +115,7 @@ impl ApiHarness {
             state,
             namespace,
             table,
-            kube_calls,
-            dynamodb_calls,
+            calls,
             env,
             _black_hole: black_hole,
         }

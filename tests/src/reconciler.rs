@@ -24,7 +24,6 @@ use stack_core::stacks::Stacks;
 use stack_core::store::{Manifest, Store, StoreError};
 
 use crate::api::{ApiHarness, kube_config};
-use crate::counting::{CallCounter, counting_dynamodb, counting_kube};
 use crate::env::{EnvError, SimulatedNode, TestEnv, nodes, wait_for};
 
 /// Time budget of a test pass: long enough never to cut a pass short on a busy machine.
@@ -32,28 +31,27 @@ pub const PASS_BUDGET: Duration = Duration::from_secs(120);
 /// How long tests wait for the cluster to reach a state (pod running, object gone).
 pub const CLUSTER_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A reconciler as the Lambda builds it, over its own counting clients.
+/// A reconciler as the Lambda builds it, over clients of its own.
 pub struct TestReconciler {
     pub reconciler: Reconciler,
     pub stacks: Arc<Stacks>,
-    pub kube_calls: CallCounter,
-    pub dynamodb_calls: CallCounter,
 }
 
 impl TestReconciler {
     /// A reconciler of `namespace` and `table` with the given extra variables (e.g.
     /// `STACK_ORPHAN_GRACE`); it has clients of its own, like a separate Lambda sandbox.
     pub async fn new(env: &TestEnv, namespace: &str, table: &str, overrides: &[(&str, &str)]) -> Self {
-        let kube_calls = CallCounter::default();
-        let dynamodb_calls = CallCounter::default();
-        let kube = counting_kube(kube_config(env).await, &kube_calls).expect("kube client");
-        let dynamodb = counting_dynamodb(&env.dynamodb, &dynamodb_calls);
-        let stacks = stacks_over(reconciler_config(namespace, table, overrides), kube, dynamodb);
+        let kube = stack_core::cluster::client_builder(&kube_config(env).await)
+            .expect("kube client")
+            .build();
+        let stacks = stacks_over(
+            reconciler_config(namespace, table, overrides),
+            kube,
+            env.dynamodb.clone(),
+        );
         Self {
             reconciler: Reconciler::new(stacks.clone()),
             stacks,
-            kube_calls,
-            dynamodb_calls,
         }
     }
 

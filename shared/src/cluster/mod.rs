@@ -152,14 +152,14 @@ impl Cluster {
         refreshed: &mut bool,
     ) -> Result<Vec<PortMapping>, ClusterError> {
         if self.ports.is_stale() {
-            self.refresh_port_use_since(Instant::now()).await?;
+            self.refresh_port_use_shared().await?;
             *refreshed = true;
         }
         let picked = match self.ports.pick(targets.len(), rejected) {
             Some(picked) => picked,
             None if !*refreshed => {
                 // Our view may be old: look again before declaring the range full.
-                self.refresh_port_use_since(Instant::now()).await?;
+                self.refresh_port_use_shared().await?;
                 *refreshed = true;
                 self.ports
                     .pick(targets.len(), rejected)
@@ -188,8 +188,10 @@ impl Cluster {
         self.ports.mark_full(ports.iter().map(|p| p.node_port));
     }
 
-    /// Refreshes the port view unless another create finished a refresh since `asked`.
-    async fn refresh_port_use_since(&self, asked: Instant) -> Result<(), ClusterError> {
+    /// Refreshes the port view, unless another create finished a refresh while this one
+    /// waited for its turn.
+    async fn refresh_port_use_shared(&self) -> Result<(), ClusterError> {
+        let asked = Instant::now();
         let _one_at_a_time = self.port_refresh.lock().await;
         if self.ports.refreshed_at().is_some_and(|at| at >= asked) {
             return Ok(());

@@ -33,13 +33,6 @@ const STACK_ID_ATTR: &str = "stack_id";
 /// projecting only those attributes), so that reading every stack's usage reads items of
 /// about 200 bytes (keys included) instead of the records.
 const USAGE_INDEX: &str = "usage";
-/// The `usage` index is read in these `stack_id` ranges at once: ids are `stack-` and 16
-/// random hex digits, so the leading digit splits the stacks evenly and every id falls in
-/// exactly one range. 10,000 stacks: 16 queries of ~625 items, one page each.
-const USAGE_SEGMENTS: [&str; 16] = [
-    "stack-0", "stack-1", "stack-2", "stack-3", "stack-4", "stack-5", "stack-6", "stack-7", "stack-8", "stack-9",
-    "stack-a", "stack-b", "stack-c", "stack-d", "stack-e", "stack-f",
-];
 /// Most keys one BatchGetItem takes.
 const BATCH_GET_KEYS: usize = 100;
 /// BatchGetItem rounds for one set of keys (DynamoDB hands back what it could not read).
@@ -162,13 +155,15 @@ impl Store {
         Ok(records)
     }
 
-    /// What every stack holds of the cluster, from the `usage` index: one query per id range
-    /// (16), all at once, of small items, neither the records nor their manifests. DynamoDB keeps
-    /// the index eventually consistent: a write shows there within a moment (DynamoDB Local: at
-    /// once). While the index does not exist or is still being built (the first deploy that
+    /// What every stack holds of the cluster, from the `usage` index: one query per leading
+    /// digit of the ids ([`StackId::leading_digit_prefixes`]; 10,000 stacks: 16 queries of ~625
+    /// items, one page each), all at once, of small items, neither the records nor their
+    /// manifests. DynamoDB keeps the index eventually consistent: a write shows there within a
+    /// moment (DynamoDB Local: at once). While the index does not exist or is still being built (the first deploy that
     /// adds it returns before DynamoDB has filled it), the records are read instead.
     pub async fn list_stack_usage(&self) -> Result<Vec<StackUsage>, StoreError> {
-        let segments = futures::future::try_join_all(USAGE_SEGMENTS.iter().map(|prefix| {
+        let prefixes: Vec<String> = StackId::leading_digit_prefixes().collect();
+        let segments = futures::future::try_join_all(prefixes.iter().map(|prefix| {
             self.query_all(
                 || {
                     self.client
@@ -179,7 +174,7 @@ impl Store {
                         .expression_attribute_names("#pk", PK)
                         .expression_attribute_names("#id", STACK_ID_ATTR)
                         .expression_attribute_values(":pk", s(STACK_PK))
-                        .expression_attribute_values(":prefix", s(*prefix))
+                        .expression_attribute_values(":prefix", s(prefix.as_str()))
                 },
                 from_item::<StackUsage>,
             )

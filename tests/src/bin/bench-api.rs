@@ -112,7 +112,8 @@ async fn main() {
 }
 
 fn counts(api: &ApiHarness) -> (u64, u64) {
-    (api.dynamodb_calls.get(), api.kube_calls.get())
+    let calls = api.calls.snapshot();
+    (calls.dynamodb_total(), calls.kube_total())
 }
 
 async fn create(api: &ApiHarness) -> (String, u64) {

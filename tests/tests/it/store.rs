@@ -238,7 +238,7 @@ async fn manifests_at_the_validator_limits_are_stored_whole_or_refused_before_an
     ] {
         assert!(manifest.len() <= 256 * 1024, "{content}: {} bytes", manifest.len());
         assert!(manifest.len() > 250 * 1024, "{content}: at the limit");
-        let cluster_calls = api.kube_calls.get();
+        let cluster_calls = api.calls.snapshot().kube_total();
         let created = api.create(&manifest, json!(80)).await;
         match created.status {
             201 => {
@@ -268,7 +268,11 @@ async fn manifests_at_the_validator_limits_are_stored_whole_or_refused_before_an
                     "{content}: {message}"
                 );
                 // Refused before the cluster was asked anything.
-                assert_eq!(api.kube_calls.get(), cluster_calls, "{content}: cluster called");
+                assert_eq!(
+                    api.calls.snapshot().kube_total(),
+                    cluster_calls,
+                    "{content}: cluster called"
+                );
                 println!("{content}: refused: {message}");
             }
             other => panic!("{content}: {other} {}", created.json),
