@@ -167,8 +167,23 @@ export AWS_ACCESS_KEY_ID='local'
 export AWS_SECRET_ACCESS_KEY='local'
 export DDB_STACK_TABLE='${DDB_STACK_TABLE:-$DDB_STACK_TABLE_DEFAULT}'
 export STACK_ENV_STATE_DIR='$STATE_DIR'
+export STACK_ENV_EKS_TIER='${EKS_TIER:-unknown}'
 EOF
     mv "$tmp" "$ENV_FILE"
+}
+
+# "QPS BURST" of kube-scheduler's API client for an EKS control plane tier. Each bind is one
+# request, so QPS caps pods scheduled per second. EKS Provisioned Control Plane sets it per tier
+# on 1.30+ (XL 167, 2XL 283, 4XL 400 pods/s: the EKS user guide, "Control Plane Scaling
+# Tiers"); Standard publishes none, so it gets the upstream default, 50 (burst 100).
+scheduler_qps() {
+    case "$1" in
+    standard) echo "50 100" ;;
+    xl) echo "167 334" ;;
+    2xl) echo "283 566" ;;
+    4xl) echo "400 800" ;;
+    *) die "STACK_ENV_EKS_TIER: standard, xl, 2xl or 4xl, got '$1'" ;;
+    esac
 }
 
 # The stack-env helper binary (table from template.yaml, simulated nodes). Built on demand.

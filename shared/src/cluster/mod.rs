@@ -5,6 +5,7 @@
 mod client;
 mod error;
 mod namespace;
+mod node_addresses;
 mod nodeports;
 mod objects;
 mod observe;
@@ -29,6 +30,7 @@ pub use observe::{
 use crate::model::{
     Exposure, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PortMapping, STACK_ID_LABEL, StackId, StackStatus, TargetPort,
 };
+use node_addresses::NodeAddresses;
 use nodeports::{PortPicker, PortUse};
 
 /// How many times a service create is retried when the apiserver says a port is taken.
@@ -64,6 +66,7 @@ pub struct Cluster {
     /// One port-view refresh at a time: concurrent creates share it (at 8,000 stacks, 32
     /// creates each listing every pod at once stalled creates past their deadline).
     port_refresh: tokio::sync::Mutex<()>,
+    node_addresses: NodeAddresses,
 }
 
 impl Cluster {
@@ -75,6 +78,7 @@ impl Cluster {
             guard: namespace::NamespaceGuard::new(client.clone(), namespace, policy, port_policy.exposure),
             ports: PortPicker::new(port_policy.range.0, port_policy.range.1),
             port_refresh: tokio::sync::Mutex::new(()),
+            node_addresses: NodeAddresses::default(),
             port_policy,
             namespace: namespace.to_owned(),
             client,
@@ -208,7 +212,13 @@ impl Cluster {
             match self.port_policy.exposure {
                 Exposure::NodePort => Ok(1),
                 Exposure::HostPort => {
+                    let read_at = Instant::now();
                     let nodes = self.list_nodes().await?;
+                    for node in &nodes {
+                        if let (Some(name), Some(address)) = (&node.metadata.name, node_external_ip(node)) {
+                            self.node_addresses.remember(name, address, read_at);
+                        }
+                    }
                     let role = &self.port_policy.node_role;
                     let schedulable = nodes.iter().filter(|n| is_schedulable_stack_node(n, role)).count();
                     Ok(u32::try_from(schedulable).unwrap_or(u32::MAX))
@@ -227,18 +237,26 @@ impl Cluster {
         Ok(())
     }
 
-    /// Waits (watching, not polling) until the scheduler binds the `created` pod or gives up
-    /// on it, at most `budget`: the pod then, or as last seen.
-    pub async fn wait_scheduled(&self, created: Pod, budget: Duration) -> Result<Pod, ClusterError> {
-        let decided = |pod: &Pod| !matches!(scheduling_of(pod), Scheduling::Pending);
-        pod_watch::until(&self.pods, created, budget, decided).await
+    /// Waits, with one watch, until the `created` pod has started (or already ended) or the
+    /// scheduler gave up on it, at most `budget`: the pod then, or as last seen.
+    pub async fn wait_settled(&self, created: Pod, budget: Duration) -> Result<Pod, ClusterError> {
+        let settled = |pod: &Pod| {
+            matches!(scheduling_of(pod), Scheduling::Unschedulable(_)) || observed_status(pod) != StackStatus::Creating
+        };
+        pod_watch::until(&self.pods, created, budget, settled).await
     }
 
-    /// Waits (watching) until the `bound` pod has started (or already ended), at most
-    /// `budget`: the pod then, or as last seen.
-    pub async fn wait_started(&self, bound: Pod, budget: Duration) -> Result<Pod, ClusterError> {
-        let started = |pod: &Pod| observed_status(pod) != StackStatus::Creating;
-        pod_watch::until(&self.pods, bound, budget, started).await
+    /// The node's public address (`ExternalIP`), read once a minute at most per node.
+    pub async fn node_public_ip(&self, name: &str) -> Result<Option<String>, ClusterError> {
+        if let Some(address) = self.node_addresses.get(name, Instant::now()) {
+            return Ok(Some(address));
+        }
+        let read_at = Instant::now();
+        let address = self.get_node(name).await?.as_ref().and_then(node_external_ip);
+        if let Some(address) = &address {
+            self.node_addresses.remember(name, address.clone(), read_at);
+        }
+        Ok(address)
     }
 
     pub async fn get_pod(&self, name: &str) -> Result<Option<Pod>, ClusterError> {

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use super::ClusterError;
 
 /// The pod once `done` holds for it, or as last seen when `budget` runs out; `NotFound` when
-/// it is deleted meanwhile.
+/// it is deleted meanwhile. One watch follows every change until then.
 pub(super) async fn until(
     pods: &Api<Pod>,
     seen: Pod,
@@ -29,20 +29,22 @@ pub(super) async fn until(
     let deadline = Instant::now() + budget;
     let mut latest = seen;
     while !done(&latest) {
-        match tokio::time::timeout_at(deadline, next_version(pods, &latest)).await {
+        // `follow` updates `latest` as it goes: what it saw is kept when time runs out.
+        match tokio::time::timeout_at(deadline, follow(pods, &mut latest, &done)).await {
             Err(_elapsed) => break,
-            Ok(next) => latest = next?,
+            Ok(followed) => followed?,
         }
     }
     Ok(latest)
 }
 
-/// The first version of the pod after `seen`. A watch the server ends (its timeout) or cannot
-/// serve (the version is too old: 410) starts again from a fresh read.
-async fn next_version(pods: &Api<Pod>, seen: &Pod) -> Result<Pod, ClusterError> {
-    let name = seen.name_any();
+/// Watches the pod from the version in `latest`, keeping each new version there, until `done`
+/// holds. A watch the server ends (its timeout) or cannot serve (the version is too old: 410)
+/// ends with a fresh read instead.
+async fn follow(pods: &Api<Pod>, latest: &mut Pod, done: &impl Fn(&Pod) -> bool) -> Result<(), ClusterError> {
+    let name = latest.name_any();
     let params = WatchParams::default().fields(&format!("metadata.name={name}"));
-    let version = seen
+    let version = latest
         .resource_version()
         .ok_or(ClusterError::Incomplete("pod resourceVersion"))?;
     let events = pods
@@ -56,7 +58,12 @@ async fn next_version(pods: &Api<Pod>, seen: &Pod) -> Result<Pod, ClusterError> 
         .map_err(|e| ClusterError::from_kube("watch pod", e))?
     {
         match event {
-            WatchEvent::Added(pod) | WatchEvent::Modified(pod) => return Ok(pod),
+            WatchEvent::Added(pod) | WatchEvent::Modified(pod) => {
+                *latest = pod;
+                if done(latest) {
+                    return Ok(());
+                }
+            }
             WatchEvent::Deleted(_) => return Err(ClusterError::NotFound),
             WatchEvent::Bookmark(_) => {}
             WatchEvent::Error(status) => {
@@ -65,8 +72,10 @@ async fn next_version(pods: &Api<Pod>, seen: &Pod) -> Result<Pod, ClusterError> 
             }
         }
     }
-    pods.get_opt(&name)
+    *latest = pods
+        .get_opt(&name)
         .await
         .map_err(|e| ClusterError::from_kube("get pod", e))?
-        .ok_or(ClusterError::NotFound)
+        .ok_or(ClusterError::NotFound)?;
+    Ok(())
 }

@@ -9,7 +9,8 @@
 //! 3. expose it: in nodeport mode, create the NodePort service, labelled the same and owned
 //!    by the pod (the garbage collector deletes it with the pod); in hostport mode the pod
 //!    itself holds its ports (`hostPort`, chosen before step 2);
-//! 4. wait for the scheduler (bounded); in hostport mode, a refusal for taken ports (another
+//! 4. wait, with one watch, until the pod has started or the scheduler refused it (bounded by
+//!    `STACK_CREATE_WAIT`); in hostport mode, a refusal for taken ports (another
 //!    creator took them on every node meanwhile) deletes the pod and goes back to step 2 with
 //!    other ports, at most [`HOST_PORT_ATTEMPTS`] times;
 //! 5. write the stack record, last.
@@ -33,7 +34,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 
 use super::{StackError, Stacks, signed};
-use crate::cluster::{Scheduling, is_port_conflict, node_external_ip, observed_status, scheduling_of, with_host_ports};
+use crate::cluster::{Scheduling, is_port_conflict, observed_status, scheduling_of, with_host_ports};
 use crate::config::OnUnschedulable;
 use crate::deadlines::{ABANDONED_CLAIM_AGE, CREATE_CLEANUP_BUDGET, CREATE_WORK_BUDGET};
 use crate::model::{Exposure, PortMapping, StackId, StackRecord, StackStatus, TargetPort};
@@ -232,9 +233,9 @@ impl Stacks {
                 // the apiserver's node-port allocation is the slower of the two).
                 let (ports, pod) = tokio::try_join!(
                     self.cluster.create_service(id, &request.target_ports, &pod),
-                    self.cluster.wait_scheduled(pod.clone(), self.left(started))
+                    self.cluster.wait_settled(pod.clone(), self.left(started))
                 )?;
-                (ports, self.await_placement(pod, started).await?)
+                (ports, self.placement(&pod).await?)
             }
             Exposure::HostPort => {
                 self.place_on_host_ports(id, &hardened, &request.target_ports, started)
@@ -268,7 +269,7 @@ impl Stacks {
             let ports = self.cluster.pick_ports(targets, &rejected, &mut refreshed).await?;
             let pod = self.cluster.create_pod(&with_host_ports(&hardened.pod, &ports)).await?;
             self.cluster.mark_host_ports_used(&ports);
-            let pod = self.cluster.wait_scheduled(pod, self.left(started)).await?;
+            let pod = self.cluster.wait_settled(pod, self.left(started)).await?;
             match scheduling_of(&pod) {
                 Scheduling::Unschedulable(why) if is_port_conflict(&why) => {
                     tracing::debug!(stack_id = %id, attempt, ?ports, "host ports taken on every node, choosing again");
@@ -280,7 +281,7 @@ impl Stacks {
                     }
                     rejected.extend(ports.iter().map(|p| p.node_port));
                 }
-                _ => return Ok((ports, self.await_placement(pod, started).await?)),
+                _ => return Ok((ports, self.placement(&pod).await?)),
             }
         }
         Err(StackError::Saturated(format!(
@@ -288,34 +289,23 @@ impl Stacks {
         )))
     }
 
-    /// After the scheduler's decision on `pod`, waits within what is left of
-    /// `STACK_CREATE_WAIT` for the pod to start: the stack answers `running` with its node and
-    /// address when it does in time, else `creating` with what is known so far.
-    async fn await_placement(&self, pod: Pod, started: Instant) -> Result<ObservedState, StackError> {
-        let not_placed = ObservedState {
-            status: StackStatus::Creating,
-            node_id: String::new(),
-            node_public_ip: None,
-        };
-        match scheduling_of(&pod) {
+    /// Where the settled `pod` stands: `running` with its node and address when it started
+    /// within `STACK_CREATE_WAIT`, else `creating` with what is known so far; a pod the
+    /// scheduler refused fails the create unless `STACK_ON_UNSCHEDULABLE=wait`.
+    async fn placement(&self, pod: &Pod) -> Result<ObservedState, StackError> {
+        match scheduling_of(pod) {
             Scheduling::Unschedulable(why) => match self.config.on_unschedulable {
                 OnUnschedulable::Fail => Err(StackError::Saturated(why)),
                 // Left pending for an autoscaler to add a node; the lifecycle rule ends it
                 // after the scheduling timeout.
-                OnUnschedulable::Wait => Ok(not_placed),
+                OnUnschedulable::Wait => Ok(not_placed()),
             },
-            Scheduling::Pending => Ok(not_placed),
-            Scheduling::Scheduled(node_name) => {
-                let (node, pod) = tokio::try_join!(
-                    self.cluster.get_node(&node_name),
-                    self.cluster.wait_started(pod, self.left(started))
-                )?;
-                Ok(ObservedState {
-                    status: observed_status(&pod),
-                    node_public_ip: node.as_ref().and_then(node_external_ip),
-                    node_id: node_name,
-                })
-            }
+            Scheduling::Pending => Ok(not_placed()),
+            Scheduling::Scheduled(node_name) => Ok(ObservedState {
+                status: observed_status(pod),
+                node_public_ip: self.cluster.node_public_ip(&node_name).await?,
+                node_id: node_name,
+            }),
         }
     }
 
@@ -366,5 +356,14 @@ impl Stacks {
             }
             Err(err) => Err(err.into()),
         }
+    }
+}
+
+/// A stack whose pod has no node yet.
+fn not_placed() -> ObservedState {
+    ObservedState {
+        status: StackStatus::Creating,
+        node_id: String::new(),
+        node_public_ip: None,
     }
 }

@@ -230,6 +230,24 @@ async fn pass_process(env: &TestEnv, request: Result<PassRequest, PassProcessErr
     }
 }
 
+/// The scheduler's API rate caps binds, so creates/s: `tests/env/up` sets it as EKS does for
+/// the control plane tier in `STACK_ENV_EKS_TIER`.
+fn print_scheduler_rate(env: &TestEnv) {
+    let scheduler = Component::find(&env.settings, "kube-scheduler").ok();
+    let flag = |name: &str| {
+        scheduler
+            .as_ref()
+            .and_then(|s| s.flag(name))
+            .unwrap_or_else(|| "default".to_owned())
+    };
+    println!(
+        "  control plane: STACK_ENV_EKS_TIER={}, kube-scheduler --kube-api-qps={} --kube-api-burst={} (one request per bind)",
+        std::env::var("STACK_ENV_EKS_TIER").unwrap_or_else(|_| "unknown".to_owned()),
+        flag("kube-api-qps"),
+        flag("kube-api-burst")
+    );
+}
+
 fn goals(report: &PassReport) -> String {
     let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
     let calls = report.calls.lists_and_queries();
@@ -335,6 +353,7 @@ async fn run(env: &TestEnv, options: &Options, fixture: &mut Fixture) -> Result<
         options.nodes,
         options.port_capacity()
     );
+    print_scheduler_rate(env);
 
     let mut creates = create_stacks(&client, options).await;
     let created = |creates: &[Create]| creates.iter().filter(|c| c.stack_id.is_some()).count();

@@ -40,6 +40,16 @@ impl Component {
         self.pid
     }
 
+    /// The value of the process's `--name=value` flag, from its command line.
+    pub fn flag(&self, name: &str) -> Option<String> {
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", self.pid)).ok()?;
+        let prefix = format!("--{name}=");
+        cmdline
+            .split(|b| *b == 0)
+            .filter_map(|arg| std::str::from_utf8(arg).ok())
+            .find_map(|arg| arg.strip_prefix(&prefix).map(str::to_owned))
+    }
+
     /// Stops the process until the returned guard is dropped or continued.
     pub fn pause(&self) -> Result<Paused, EnvError> {
         self.signal("STOP")?;

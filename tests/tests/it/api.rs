@@ -215,6 +215,44 @@ async fn a_create_whose_pod_starts_in_time_answers_running() {
 }
 
 #[tokio::test]
+async fn a_create_follows_its_pod_with_one_watch_and_reads_each_node_once() {
+    // The apiserver's load in a competition's opening burst: a create makes its pod and its
+    // service, follows the pod with one watch until it runs, and reads a node's address only
+    // the first time a stack lands there (before: two watches and a node read per create).
+    let api = ApiHarness::start().await;
+    let warm_up = api.create(WEB_POD, json!(80)).await;
+    assert_eq!(warm_up.status, 201, "{}", warm_up.json);
+    let before = api.calls.snapshot();
+    let creates = 4;
+    let mut nodes = std::collections::BTreeSet::new();
+    for _ in 0..creates {
+        let created = api.create(WEB_POD, json!(80)).await;
+        assert_eq!(created.status, 201, "{}", created.json);
+        assert!(created.json["node_public_ip"].is_string(), "{}", created.json);
+        nodes.insert(created.json["node_id"].as_str().unwrap().to_owned());
+    }
+    let calls = api.calls.snapshot().since(&before);
+    assert_eq!(calls.kube_other, 2 * creates, "a pod and a service each: {calls:?}");
+    assert_eq!(calls.kube_delete, 0, "{calls:?}");
+    // One watch per create, plus at most one read of each node.
+    assert!(calls.kube_get <= creates + nodes.len() as u64, "{nodes:?} {calls:?}");
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn the_functions_kubernetes_client_speaks_http2_to_the_apiserver() {
+    // One connection for every call, and a watch ended early resets its stream rather than
+    // its connection (over HTTP/1.1 each create's watch cost a TCP and TLS handshake).
+    let env = stack_tests::env::TestEnv::connect().await.expect("local environment");
+    let config = stack_tests::api::kube_config(&env).await;
+    let client = stack_core::cluster::client_builder(&config).expect("client").build();
+    let request = Request::get("/version").body(kube::client::Body::empty()).unwrap();
+    let response = client.send(request).await.expect("GET /version");
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.version(), http::Version::HTTP_2);
+}
+
+#[tokio::test]
 async fn v0_create_with_a_scalar_port() {
     let api = ApiHarness::start().await;
     let created = api.create(WEB_POD, json!(80)).await;
