@@ -215,9 +215,7 @@ impl Cluster {
                     let read_at = Instant::now();
                     let nodes = self.list_nodes().await?;
                     for node in &nodes {
-                        if let (Some(name), Some(address)) = (&node.metadata.name, node_external_ip(node)) {
-                            self.node_addresses.remember(name, address, read_at);
-                        }
+                        self.node_addresses.remember(node, read_at);
                     }
                     let role = &self.port_policy.node_role;
                     let schedulable = nodes.iter().filter(|n| is_schedulable_stack_node(n, role)).count();
@@ -252,11 +250,8 @@ impl Cluster {
             return Ok(Some(address));
         }
         let read_at = Instant::now();
-        let address = self.get_node(name).await?.as_ref().and_then(node_external_ip);
-        if let Some(address) = &address {
-            self.node_addresses.remember(name, address.clone(), read_at);
-        }
-        Ok(address)
+        let node = self.get_node(name).await?;
+        Ok(node.and_then(|node| self.node_addresses.remember(&node, read_at)))
     }
 
     pub async fn get_pod(&self, name: &str) -> Result<Option<Pod>, ClusterError> {
