@@ -136,10 +136,15 @@ PY
 }
 
 # curl against the apiserver as the admin user.
+# token_of <identity>: its bearer token (tests/env/pki.sh writes them).
+token_of() {
+    awk -F, -v name="$1" '$3 == name { print $1 }' "$PKI_DIR/tokens.csv"
+}
+
 kube_curl() {
     # shellcheck source=/dev/null
     source "$PORTS_FILE"
-    curl -sf --max-time 5 --cacert "$PKI_DIR/ca.crt" --cert "$PKI_DIR/admin.crt" --key "$PKI_DIR/admin.key" \
+    curl -sf --max-time 5 --cacert "$PKI_DIR/ca.crt" -H @<(printf 'Authorization: Bearer %s\n' "$(token_of admin)") \
         "https://127.0.0.1:$APISERVER_PORT$1"
 }
 
