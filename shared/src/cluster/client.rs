@@ -17,6 +17,10 @@ use super::ClusterError;
 use crate::config::Config;
 use crate::eks::KubeTimeouts;
 
+/// Who calls, in the apiserver's audit log and as the field manager of what it creates
+/// (without one, the apiserver records "unknown").
+const USER_AGENT: &str = concat!("stack-provisioner/", env!("CARGO_PKG_VERSION"));
+
 /// Per-call limits, from [`crate::deadlines`].
 const TIMEOUTS: KubeTimeouts = KubeTimeouts {
     connect: KUBE_CONNECT_TIMEOUT,
@@ -60,7 +64,7 @@ pub async fn connect(config: &Config, aws: &aws_config::SdkConfig) -> Result<kub
 pub type KubeService = BoxService<Request<Body>, Response<Box<DynBody>>, BoxError>;
 
 /// What kube's own `ClientBuilder::try_from(Config)` builds (TLS and auth from the config, the
-/// config's timeouts), with two differences:
+/// config's timeouts), with our [`USER_AGENT`] (kube sends none) and two differences:
 /// - TCP connections with `TCP_NODELAY`. kube does not set it (kube-rs/kube#2056): a request
 ///   written right after the TLS handshake of a new connection then waited for the
 ///   apiserver's delayed ACK, ~40 ms per watch.
@@ -69,6 +73,13 @@ pub type KubeService = BoxService<Request<Body>, Response<Box<DynBody>>, BoxErro
 ///   call shares one connection, and a watch ended early resets its stream instead of closing
 ///   its connection: over HTTP/1.1 each create's watch cost a new TCP and TLS handshake.
 pub fn client_builder(config: &kube::Config) -> Result<ClientBuilder<KubeService>, kube::Error> {
+    let mut config = config.clone();
+    if !config.headers.iter().any(|(name, _)| name == http::header::USER_AGENT) {
+        config
+            .headers
+            .push((http::header::USER_AGENT, http::HeaderValue::from_static(USER_AGENT)));
+    }
+    let config = &config;
     if config.proxy_url.is_some() {
         // A proxy from the kubeconfig: kube's own builder knows how to reach it.
         return ClientBuilder::try_from(config.clone());
@@ -147,6 +158,7 @@ mod tests {
         let request = server.await.unwrap();
         assert!(request.starts_with("get /version http/1.1"), "{request}");
         assert!(request.contains("authorization: bearer secret-token"), "{request}");
+        assert!(request.contains("user-agent: stack-provisioner/"), "{request}");
     }
 
     #[tokio::test]

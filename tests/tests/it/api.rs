@@ -146,6 +146,15 @@ async fn v1_create_applies_the_hardened_pod_and_reads_back() {
     );
     assert_eq!(live["spec"]["automountServiceAccountToken"], false);
     assert_eq!(live["spec"]["nodeSelector"]["role"], "stack");
+    // Operators see who made it (`kubectl get pod --show-managed-fields`, audit logs).
+    let spec_managers: Vec<&Value> = live["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|entry| entry["subresource"].is_null())
+        .map(|entry| &entry["manager"])
+        .collect();
+    assert_eq!(spec_managers, [&json!("stack-provisioner")]);
     let service = api.services_api().get(&format!("svc-{id}")).await.unwrap();
     let spec = service.spec.unwrap();
     assert_eq!(spec.type_.as_deref(), Some("NodePort"));
