@@ -1,4 +1,11 @@
-//! Memory of a process as Linux reports it in `/proc/<pid>/status` (`VmRSS`, `VmHWM`, ...).
+//! Memory and CPU time of a process as Linux reports them in `/proc/<pid>/status` (`VmRSS`,
+//! `VmHWM`, ...) and `/proc/<pid>/stat`.
+
+use std::time::Duration;
+
+/// Ticks per second of the times in `/proc/<pid>/stat` (`USER_HZ`, fixed at 100 in Linux's
+/// user-space ABI).
+const USER_HZ: u64 = 100;
 
 /// Which process to read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +37,21 @@ pub fn field_kib(status: &str, field: &str) -> Option<u64> {
     })
 }
 
+/// CPU time (user + system, all threads) the process has used so far; `None` if it is gone.
+pub fn cpu_time(pid: u32) -> Option<Duration> {
+    stat_cpu_time(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// utime + stime (fields 14 and 15) of a stat line. Fields are counted from the last `)`:
+/// the command name (field 2) may hold spaces and parentheses.
+pub fn stat_cpu_time(stat: &str) -> Option<Duration> {
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let mut fields = after_name.split_whitespace().skip(14 - 3);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(Duration::from_millis((utime + stime) * 1000 / USER_HZ))
+}
+
 /// `12.3 MiB (12.9 MB)`, or `unknown`.
 pub fn kib_text(kib: Option<u64>) -> String {
     kib.map(|kib| format!("{:.1} MiB ({:.1} MB)", kib as f64 / 1024.0, kib as f64 * 1.024 / 1000.0))
@@ -48,6 +70,20 @@ mod tests {
         assert_eq!(field_kib(status, "VmSwap"), None);
         assert_eq!(kib_text(Some(102_400)), "100.0 MiB (104.9 MB)");
         assert_eq!(kib_text(None), "unknown");
+    }
+
+    #[test]
+    fn cpu_time_is_utime_plus_stime_whatever_the_command_name() {
+        let stat = "4242 (kube) (x y)) S 1 4242 4242 0 -1 4194560 900 0 0 0 2345 655 0 0 20 0 12 0 77 0";
+        assert_eq!(stat_cpu_time(stat), Some(Duration::from_millis(30_000)));
+        assert_eq!(stat_cpu_time("4242 (truncated) S 1 2"), None);
+    }
+
+    #[test]
+    fn this_process_has_used_cpu() {
+        let spin = std::time::Instant::now();
+        while spin.elapsed() < Duration::from_millis(30) {}
+        assert!(cpu_time(std::process::id()).is_some_and(|t| t >= Duration::from_millis(20)));
     }
 
     #[test]

@@ -15,7 +15,8 @@
 //!    create slots and client limits for `--clients` concurrent creates.
 //! 2. `--stacks` creates by `--clients` clients, each sending its next create as soon as the
 //!    last one answered: creates/s, answers by class, latency of the first and the last 1,000,
-//!    `running` vs `creating`.
+//!    `running` vs `creating`; the CPU time each process of the environment, the API and the
+//!    benchmark used meanwhile, in all and per stack created.
 //! 3. 20 more creates: what they answered (503 with Retry-After once full) and how fast.
 //! 4. `GET /stats` and `GET /stacks` (one page of the default size): median of 5.
 //! 5. One reconcile pass with nothing to do, in a child process (this binary again, `--pass`):
@@ -47,7 +48,7 @@ use stack_tests::env::{EnvError, SimulatedNode, TestEnv, unique_name};
 use stack_tests::latency::{median, percentile};
 use stack_tests::manifests::{BENCH_POD, BENCH_POD_CPU_MILLI, BENCH_POD_MEMORY_MIB, BENCH_PORT};
 use stack_tests::pass_process::{PassProcessError, PassReport, PassRequest, run_pass_here, spawn_pass};
-use stack_tests::proc_status::{Process, kib_text, status_kib};
+use stack_tests::proc_status::{Process, cpu_time, kib_text, status_kib};
 
 const API_KEY: &str = "bench-scale-key";
 const HEALTHY_WITHIN: Duration = Duration::from_secs(30);
@@ -62,6 +63,15 @@ const READ_SAMPLES: usize = 5;
 /// Pods a simulated node takes at least: room for a whole port range of stacks on one node.
 const MIN_PODS_PER_NODE: usize = 2500;
 const PROGRESS_EVERY: Duration = Duration::from_secs(15);
+/// The local environment's processes, whose CPU during the creates is printed.
+const ENV_PROCESSES: [&str; 6] = [
+    "kube-apiserver",
+    "kube-scheduler",
+    "kwok",
+    "dynamodb",
+    "etcd",
+    "kube-controller-manager",
+];
 /// Goals of a pass with nothing to do over 10,000 stacks (issue 12).
 const GOAL_PASS: Duration = Duration::from_secs(5);
 const GOAL_LIST_CALLS: u64 = 30;
@@ -355,8 +365,11 @@ async fn run(env: &TestEnv, options: &Options, fixture: &mut Fixture) -> Result<
     );
     print_scheduler_rate(env);
 
+    let started = Instant::now();
+    let cpu_before = CpuUse::now(env, api_pid);
     let mut creates = create_stacks(&client, options).await;
     let created = |creates: &[Create]| creates.iter().filter(|c| c.stack_id.is_some()).count();
+    cpu_before.print_since(started.elapsed(), created(&creates));
     creates.extend(create_more(&client, created(&creates)).await);
     let created = created(&creates);
     read_at_size(&client, created).await;
@@ -697,6 +710,57 @@ async fn check_endpoints(
         );
     }
     Ok(())
+}
+
+/// CPU time used so far by the environment's processes, the API and this benchmark: on a
+/// shared machine, CPU per create varies far less from run to run than creates/s.
+struct CpuUse(Vec<(String, u32, Duration)>);
+
+impl CpuUse {
+    fn now(env: &TestEnv, api_pid: u32) -> Self {
+        let components = ENV_PROCESSES.iter().filter_map(|name| {
+            let component = Component::find(&env.settings, name).ok()?;
+            Some(((*name).to_owned(), component.pid()))
+        });
+        let ours = [
+            ("stack-api".to_owned(), api_pid),
+            ("bench-scale".to_owned(), std::process::id()),
+        ];
+        Self(
+            components
+                .chain(ours)
+                .map(|(name, pid)| (name, pid, cpu_time(pid).unwrap_or_default()))
+                .collect(),
+        )
+    }
+
+    /// What each process used since this snapshot, most first, against what the cores had.
+    fn print_since(&self, wall: Duration, created: usize) {
+        let mut used: Vec<(&str, Duration)> = self
+            .0
+            .iter()
+            .map(|(name, pid, before)| {
+                let now = cpu_time(*pid).unwrap_or(*before);
+                (name.as_str(), now.saturating_sub(*before))
+            })
+            .collect();
+        used.sort_by_key(|(_, spent)| std::cmp::Reverse(*spent));
+        let total: Duration = used.iter().map(|(_, spent)| *spent).sum();
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let had = wall.as_secs_f64() * cores as f64;
+        let share = |spent: Duration| 100.0 * spent.as_secs_f64() / total.as_secs_f64().max(f64::EPSILON);
+        let each: Vec<String> = used
+            .iter()
+            .map(|(name, spent)| format!("{name} {:.1} s ({:.0} %)", spent.as_secs_f64(), share(*spent)))
+            .collect();
+        println!(
+            "  CPU during the creates: {:.1} s of the {had:.1} s that {cores} cores had ({:.0} %), {:.1} ms per stack created: {}",
+            total.as_secs_f64(),
+            100.0 * total.as_secs_f64() / had.max(f64::EPSILON),
+            total.as_secs_f64() * 1000.0 / created.max(1) as f64,
+            each.join(", ")
+        );
+    }
 }
 
 fn print_memory(env: &TestEnv, api_pid: u32, created: usize) {
