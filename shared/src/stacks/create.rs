@@ -13,7 +13,8 @@
 //!    `STACK_CREATE_WAIT`); in hostport mode, a refusal for taken ports (another
 //!    creator took them on every node meanwhile) deletes the pod and goes back to step 2 with
 //!    other ports, at most [`HOST_PORT_ATTEMPTS`] times;
-//! 5. write the stack record, last.
+//! 5. write the stack record, last, with the pod as applied (in hostport mode with the host
+//!    ports it got) as its `pod_spec`.
 //!
 //! Dying after 2 or 3 leaves labelled objects without a record: orphans the reconciler deletes
 //! once they are older than `STACK_ORPHAN_GRACE`. A claimed key without a record is taken over
@@ -99,9 +100,10 @@ impl Stacks {
     pub async fn create(&self, request: CreateRequest) -> Result<CreateOutcome, StackError> {
         let started = Instant::now();
         let id = StackId::generate();
-        let hardened = validate::validate(&request.manifest, &request.target_ports, &id, &self.policy)
-            .map_err(|rejection| StackError::Invalid(format!("invalid pod spec: {rejection}")))?;
-        // Encoded and measured before anything is created: what cannot be stored is a 400.
+        let hardened = validate::validate(&request.manifest, &request.target_ports, &id, &self.policy)?;
+        // Encoded and measured before anything is created: what cannot be stored is a 400. (The
+        // host ports a hostport create adds later are a few bytes; should they tip it over, the
+        // create is undone and still answers 400.)
         let manifest = StoredManifest::encode(&hardened.yaml)?;
         let _slot = self.admission.enter().await?;
         let progress = Progress::new();
@@ -112,7 +114,7 @@ impl Stacks {
                     return Ok(CreateOutcome::Replayed(existing));
                 }
             }
-            self.create_claimed(&id, hardened, &manifest, &request, started, &progress)
+            self.create_claimed(&id, hardened, manifest, &request, started, &progress)
                 .await
                 .map(CreateOutcome::Created)
         };
@@ -219,14 +221,14 @@ impl Stacks {
         &self,
         id: &StackId,
         hardened: HardenedPod,
-        manifest: &StoredManifest,
+        manifest: StoredManifest,
         request: &CreateRequest,
         started: Instant,
         progress: &Progress,
     ) -> Result<StackRecord, StackError> {
         self.cluster.prepare_namespace().await?;
         progress.reach(Reached::Cluster);
-        let (ports, placement) = match self.config.exposure {
+        let (ports, placement, hardened, manifest) = match self.config.exposure {
             Exposure::NodePort => {
                 let pod = self.cluster.create_pod(&hardened.pod).await?;
                 // The scheduler does not need the service: both go on at once (under load,
@@ -235,16 +237,21 @@ impl Stacks {
                     self.cluster.create_service(id, &request.target_ports, &pod),
                     self.cluster.wait_settled(pod.clone(), self.left(started))
                 )?;
-                (ports, self.placement(&pod).await?)
+                (ports, self.placement(&pod).await?, hardened, manifest)
             }
             Exposure::HostPort => {
-                self.place_on_host_ports(id, &hardened, &request.target_ports, started)
-                    .await?
+                let (ports, placement, pod) = self
+                    .place_on_host_ports(id, &hardened, &request.target_ports, started)
+                    .await?;
+                // The record shows the pod as applied, host ports included.
+                let applied = hardened.with_pod(pod)?;
+                let manifest = StoredManifest::encode(&applied.yaml)?;
+                (ports, placement, applied, manifest)
             }
         };
         let record = self.new_record(id, hardened, request, ports, placement);
         progress.reach(Reached::Record);
-        self.put_record(&record, manifest).await?;
+        self.put_record(&record, &manifest).await?;
         Ok(record)
     }
 
@@ -255,19 +262,21 @@ impl Stacks {
 
     /// Steps 2-4 in hostport mode: the pod with host ports of the range that some node still
     /// has free, as far as this process knows; other ports when the scheduler finds them
-    /// taken everywhere (the NodePorts filter), 503 when no choice is left.
+    /// taken everywhere (the NodePorts filter), 503 when no choice is left. Returns the pod as
+    /// it was sent, with the host ports that held.
     async fn place_on_host_ports(
         &self,
         id: &StackId,
         hardened: &HardenedPod,
         targets: &[TargetPort],
         started: Instant,
-    ) -> Result<(Vec<PortMapping>, ObservedState), StackError> {
+    ) -> Result<(Vec<PortMapping>, ObservedState, Pod), StackError> {
         let mut rejected = HashSet::new();
         let mut refreshed = false;
         for attempt in 1..=HOST_PORT_ATTEMPTS {
             let ports = self.cluster.pick_ports(targets, &rejected, &mut refreshed).await?;
-            let pod = self.cluster.create_pod(&with_host_ports(&hardened.pod, &ports)).await?;
+            let applied = with_host_ports(&hardened.pod, &ports);
+            let pod = self.cluster.create_pod(&applied).await?;
             self.cluster.mark_host_ports_used(&ports);
             let pod = self.cluster.wait_settled(pod, self.left(started)).await?;
             match scheduling_of(&pod) {
@@ -281,7 +290,7 @@ impl Stacks {
                     }
                     rejected.extend(ports.iter().map(|p| p.node_port));
                 }
-                _ => return Ok((ports, self.placement(&pod).await?)),
+                _ => return Ok((ports, self.placement(&pod).await?, applied)),
             }
         }
         Err(StackError::Saturated(format!(

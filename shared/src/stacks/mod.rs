@@ -22,7 +22,7 @@ use crate::lifecycle::end::{ObjectKind, RecordWrite, RemoveError, StackRemover};
 use crate::lifecycle::{Removal, RemovalReason, end_stack};
 use crate::model::{StackId, StackRecord};
 use crate::store::{Manifest, ObservedState, Store, StoreError, UnstorableManifest};
-use crate::validate::ValidationPolicy;
+use crate::validate::{Rejection, ValidationPolicy};
 
 /// Start-up failures.
 #[derive(Debug, thiserror::Error)]
@@ -95,6 +95,13 @@ impl From<StoreError> for StackError {
             StoreError::Unstorable(why) => why.into(),
             other => StackError::Store(other),
         }
+    }
+}
+
+/// A manifest the validator refuses is the request's fault.
+impl From<Rejection> for StackError {
+    fn from(rejection: Rejection) -> Self {
+        StackError::Invalid(format!("invalid pod spec: {rejection}"))
     }
 }
 

@@ -81,12 +81,28 @@ pub fn validate(
     let totals = resources::normalize(spec, policy)?;
     volumes::cap_empty_dirs(spec, policy.ephemeral_storage_limit);
     harden::apply(&mut pod, stack_id, policy);
-    let yaml =
-        serde_yaml::to_string(&pod).map_err(|err| Rejection::new("manifest", format!("cannot be encoded: {err}")))?;
+    let yaml = to_yaml(&pod)?;
     Ok(HardenedPod {
         pod,
         yaml,
         requested_cpu_milli: totals.cpu_milli,
         requested_memory_bytes: totals.memory_bytes,
     })
+}
+
+impl HardenedPod {
+    /// The same stack with `pod`, this pod as the provisioner changed it to create it (host
+    /// ports), and its YAML.
+    pub fn with_pod(self, pod: Pod) -> Result<Self, Rejection> {
+        Ok(Self {
+            yaml: to_yaml(&pod)?,
+            pod,
+            ..self
+        })
+    }
+}
+
+/// `pod` as the YAML a stack's `pod_spec` shows.
+fn to_yaml(pod: &Pod) -> Result<String, Rejection> {
+    serde_yaml::to_string(pod).map_err(|err| Rejection::new("manifest", format!("cannot be encoded: {err}")))
 }

@@ -124,6 +124,16 @@ async fn a_hostport_stack_holds_its_port_on_its_node_and_a_port_serves_one_stack
     let id = stack_id(&first);
     let read = api.call(Method::GET, &format!("/stacks/{id}"), None).await;
     assert_eq!(read.status, 200, "{}", read.json);
+    // `pod_spec` is the pod as applied: with the host port it holds, in the answer and stored.
+    let shown: Pod = serde_yaml::from_str(first.json["pod_spec"].as_str().expect("pod_spec")).expect("YAML");
+    let declared = shown
+        .spec
+        .and_then(|spec| spec.containers.into_iter().next())
+        .and_then(|container| container.ports)
+        .and_then(|ports| ports.into_iter().next())
+        .expect("a declared port");
+    assert_eq!((declared.container_port, declared.host_port), (80, Some(31001)));
+    assert_eq!(read.json["pod_spec"], first.json["pod_spec"]);
     let node = read.json["node_id"].as_str().expect("placed").to_owned();
     let address = made.iter().find(|n| n.name == node).and_then(|n| n.external_ip.clone());
     assert_eq!(read.json["node_public_ip"].as_str(), address.as_deref());
