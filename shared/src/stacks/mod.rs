@@ -98,17 +98,22 @@ impl From<StoreError> for StackError {
     }
 }
 
+/// The 400 of a pod spec we cannot take: the request's fault, whoever found it.
+fn invalid_pod_spec(why: impl std::fmt::Display) -> StackError {
+    StackError::Invalid(format!("invalid pod spec: {why}"))
+}
+
 /// A manifest the validator refuses is the request's fault.
 impl From<Rejection> for StackError {
     fn from(rejection: Rejection) -> Self {
-        StackError::Invalid(format!("invalid pod spec: {rejection}"))
+        invalid_pod_spec(rejection)
     }
 }
 
 /// A manifest too large to keep is the request's fault, refused before anything is created.
 impl From<UnstorableManifest> for StackError {
     fn from(why: UnstorableManifest) -> Self {
-        StackError::Invalid(format!("invalid pod spec: {why}"))
+        invalid_pod_spec(why)
     }
 }
 
@@ -126,7 +131,7 @@ impl From<ClusterError> for StackError {
         match err {
             ClusterError::NotFound => StackError::NotFound,
             ClusterError::Saturated(why) => StackError::Saturated(why),
-            ClusterError::Rejected(why) => StackError::Invalid(format!("invalid pod spec: {why}")),
+            ClusterError::Rejected(why) => invalid_pod_spec(why),
             ClusterError::NodePortsExhausted => StackError::NoNodePort,
             ClusterError::MissingIngressPolicy(ns) => StackError::Unavailable(format!(
                 "stack creation refused: namespace {ns} has no ingress NetworkPolicy"
