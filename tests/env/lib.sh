@@ -191,13 +191,24 @@ scheduler_qps() {
     esac
 }
 
+# Where cargo puts a workspace binary of the given profile (debug or release).
+target_bin() {
+    echo "${CARGO_TARGET_DIR:-$REPO_DIR/target}/$1/$2"
+}
+
 # The stack-env helper binary (table from template.yaml, simulated nodes). Built on demand.
 stack_env_bin() {
-    echo "${CARGO_TARGET_DIR:-$REPO_DIR/target}/debug/stack-env"
+    target_bin debug stack-env
+}
+
+# Every build of the scripts selects the whole workspace: one feature set, the one `cargo test
+# --workspace` resolves too, so no script compiles the dependency graph a second time.
+build_workspace_bin() {
+    (cd "$REPO_DIR" && cargo build --quiet --workspace "${@:2}" --bin "$1")
 }
 
 build_stack_env() {
-    (cd "$REPO_DIR" && cargo build --quiet -p stack-tests --bin stack-env)
+    build_workspace_bin stack-env
 }
 
 # Alive and not a zombie (a component started by this very shell is its child until reaped).
