@@ -31,11 +31,27 @@ pub enum ClusterError {
         #[source]
         source: kube::Error,
     },
+    /// An answer that does not decode as what was asked for: our defect or a server mismatch.
+    #[error("kubernetes {operation} answered what does not decode")]
+    Undecodable {
+        operation: &'static str,
+        #[source]
+        source: ProtobufError,
+    },
     /// An object the apiserver returned lacks what it always carries.
     #[error("kubernetes returned an incomplete object: {0}")]
     Incomplete(&'static str),
     #[error("kubernetes client setup failed: {0}")]
     Setup(String),
+}
+
+/// Why a protobuf answer did not decode.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtobufError {
+    #[error("not in the Kubernetes protobuf envelope")]
+    NoEnvelope,
+    #[error(transparent)]
+    Decode(#[from] prost::DecodeError),
 }
 
 impl ClusterError {

@@ -9,6 +9,7 @@ mod node_addresses;
 mod nodeports;
 mod objects;
 mod observe;
+mod pod_metadata;
 mod pod_watch;
 
 use std::collections::HashSet;
@@ -19,7 +20,7 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 
 pub use client::{KubeService, apply_client_limits, client_builder, connect};
-pub use error::ClusterError;
+pub use error::{ClusterError, ProtobufError};
 pub use namespace::NamespacePolicy;
 pub use objects::{stack_service, with_host_ports};
 pub use observe::{
@@ -225,7 +226,11 @@ impl Cluster {
         };
         let managed = managed_selector();
         let services = list_all(&self.services, &managed, |s| objects::node_ports_of(&s));
-        let pods = list_all_metadata(&self.pods, &managed, |meta| objects::host_ports_of(&meta));
+        let pods = paginate(
+            &managed,
+            |page: ListParams| async move { pod_metadata::list_page(&self.client, &self.namespace, &page).await },
+            |meta| objects::host_ports_in(&meta.annotations),
+        );
         let (slots, services, pods) = tokio::try_join!(nodes, services, pods)?;
         let held = PortUse {
             everywhere: services.into_iter().flatten().collect(),
@@ -384,26 +389,13 @@ where
     Ok(lists.into_iter().flatten().collect())
 }
 
-/// The metadata of every object `params` selects, through `project`, one page at a time:
-/// a fraction of the bytes of full objects.
-async fn list_all_metadata<K, T>(
-    api: &Api<K>,
-    params: &ListParams,
-    mut project: impl FnMut(kube::core::ObjectMeta) -> T,
-) -> Result<Vec<T>, ClusterError>
-where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug + kube::Resource,
-{
-    let fetch = |page: ListParams| async move { api.list_metadata(&page).await };
-    paginate(params, fetch, |object| project(object.metadata)).await
-}
-
 /// Every object `params` selects, through `project`, one page at a time.
 async fn list_all<K, T>(api: &Api<K>, params: &ListParams, project: impl FnMut(K) -> T) -> Result<Vec<T>, ClusterError>
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    paginate(params, |page: ListParams| async move { api.list(&page).await }, project).await
+    let fetch = |page: ListParams| async move { api.list(&page).await.map_err(|e| ClusterError::from_kube("list", e)) };
+    paginate(params, fetch, project).await
 }
 
 /// The pages `fetch` returns for `params`, [`LIST_PAGE`] objects each, followed through their
@@ -415,14 +407,12 @@ async fn paginate<O, T, F>(
 ) -> Result<Vec<T>, ClusterError>
 where
     O: Clone,
-    F: Future<Output = kube::Result<kube::core::ObjectList<O>>>,
+    F: Future<Output = Result<kube::core::ObjectList<O>, ClusterError>>,
 {
     let mut items = Vec::new();
     let mut params = params.clone().limit(LIST_PAGE);
     loop {
-        let page = fetch(params.clone())
-            .await
-            .map_err(|e| ClusterError::from_kube("list", e))?;
+        let page = fetch(params.clone()).await?;
         items.extend(page.items.into_iter().map(&mut project));
         match page.metadata.continue_ {
             Some(token) if !token.is_empty() => params = params.continue_token(&token),

@@ -85,11 +85,10 @@ pub fn with_host_ports(pod: &Pod, ports: &[PortMapping]) -> Pod {
     pod
 }
 
-/// Host ports a pod's [`HOST_PORTS_ANNOTATION`] lists.
-pub(crate) fn host_ports_of(meta: &ObjectMeta) -> Vec<u16> {
-    meta.annotations
-        .as_ref()
-        .and_then(|a| a.get(HOST_PORTS_ANNOTATION))
+/// Host ports a pod's [`HOST_PORTS_ANNOTATION`] lists, from its annotations.
+pub(crate) fn host_ports_in(annotations: &BTreeMap<String, String>) -> Vec<u16> {
+    annotations
+        .get(HOST_PORTS_ANNOTATION)
         .map(|listed| listed.split(',').filter_map(|p| p.trim().parse().ok()).collect())
         .unwrap_or_default()
 }
@@ -157,7 +156,10 @@ mod tests {
             "only the first declaration is bound"
         );
         assert_eq!(host(1, 0), Some(31001));
-        assert_eq!(host_ports_of(&bound.metadata), [31001, 31002]);
-        assert!(host_ports_of(&pod.metadata).is_empty());
+        assert_eq!(
+            host_ports_in(&bound.metadata.annotations.unwrap_or_default()),
+            [31001, 31002]
+        );
+        assert!(host_ports_in(&pod.metadata.annotations.unwrap_or_default()).is_empty());
     }
 }

@@ -19,12 +19,15 @@
 //!    benchmark used meanwhile, in all and per stack created.
 //! 3. 20 more creates: what they answered (503 with Retry-After once full) and how fast.
 //! 4. `GET /stats` and `GET /stacks` (one page of the default size): median of 5.
-//! 5. One reconcile pass with nothing to do, in a child process (this binary again, `--pass`):
+//! 5. A new API process (a Lambda sandbox starting), 3 times: the latency of its first create,
+//!    which reads the cluster's port use before it picks, and the CPU the apiserver and the API
+//!    spent on it.
+//! 6. One reconcile pass with nothing to do, in a child process (this binary again, `--pass`):
 //!    duration, list/query calls, peak RSS. When some stacks were answered `creating`, a pass
 //!    that settles their status runs first.
-//! 6. Duplicates: (node, host port) pairs of the pods, or node ports of the services, held by
+//! 7. Duplicates: (node, host port) pairs of the pods, or node ports of the services, held by
 //!    two stacks; and whether the records and the 201 answers tell what the cluster has.
-//! 7. VmRSS of kube-apiserver, etcd and the API process.
+//! 8. VmRSS of kube-apiserver, etcd and the API process.
 //!
 //! Everything it made (namespace and stacks, table, nodes) is deleted at the end, also after
 //! an error or Ctrl-C.
@@ -60,6 +63,8 @@ const MORE_CREATES: usize = 20;
 const EDGE: usize = 1000;
 /// Samples of each read.
 const READ_SAMPLES: usize = 5;
+/// API processes started again, one first create each.
+const NEW_SANDBOXES: usize = 3;
 /// Pods a simulated node takes at least: room for a whole port range of stacks on one node.
 const MIN_PODS_PER_NODE: usize = 2500;
 const PROGRESS_EVERY: Duration = Duration::from_secs(15);
@@ -373,6 +378,8 @@ async fn run(env: &TestEnv, options: &Options, fixture: &mut Fixture) -> Result<
     creates.extend(create_more(&client, created(&creates)).await);
     let created = created(&creates);
     read_at_size(&client, created).await;
+    creates.extend(first_creates_of_new_sandboxes(env, api, &client, created).await?);
+    let api_pid = api.pid();
 
     let store = Store::new(env.dynamodb.clone(), &table, true);
     let pods: Api<Pod> = Api::namespaced(env.kube.clone(), &namespace);
@@ -556,6 +563,40 @@ async fn create_more(client: &ApiClient, created: usize) -> Vec<Create> {
     );
     print_errors(&creates);
     creates
+}
+
+/// The first create of each of [`NEW_SANDBOXES`] new API processes: each reads the cluster's
+/// port use (in hostport mode, the host ports of every pod) before it picks.
+async fn first_creates_of_new_sandboxes(
+    env: &TestEnv,
+    api: &mut ApiProcess,
+    client: &ApiClient,
+    created: usize,
+) -> Result<Vec<Create>, BenchError> {
+    let apiserver = Component::find(&env.settings, "kube-apiserver")?.pid();
+    let body = create_body();
+    let mut creates = Vec::new();
+    let mut each = Vec::new();
+    for _ in 0..NEW_SANDBOXES {
+        api.restart()?;
+        client.wait_healthy(HEALTHY_WITHIN).await?;
+        let spent = |pid| cpu_time(pid).unwrap_or_default();
+        let before = (spent(apiserver), spent(api.pid()));
+        let create = Create::of(client.call(Method::POST, "/stacks", Some(&body), None).await);
+        each.push(format!(
+            "{} in {} (CPU: apiserver {}, API {})",
+            create.answer.status.map_or("no answer".to_owned(), |s| s.to_string()),
+            ms(create.answer.took),
+            ms(spent(apiserver).saturating_sub(before.0)),
+            ms(spent(api.pid()).saturating_sub(before.1)),
+        ));
+        creates.push(create);
+    }
+    println!(
+        "first create of a new API process at {created} stacks (reads the port use first): {}",
+        each.join("; ")
+    );
+    Ok(creates)
 }
 
 /// `GET /stats` and one default page of `GET /stacks`, a few times each.

@@ -3,11 +3,13 @@
 //! and a switch of mode leaves the other mode's stacks alive.
 
 use std::collections::{BTreeMap, HashSet};
+use std::pin::pin;
 
+use futures::TryStreamExt;
 use http::Method;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::Api;
-use kube::api::{Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams, WatchEvent, WatchParams};
 use serde_json::{Value, json};
 use stack_tests::api::{ApiHarness, Reply, WEB_POD};
 use stack_tests::env::{SimulatedNode, TestEnv, nodes, unique_name};
@@ -61,6 +63,32 @@ async fn sandbox_of(api: &ApiHarness, settings: &[(&str, &str)]) -> ApiHarness {
     ];
     vars.extend_from_slice(settings);
     ApiHarness::with_env(&vars).await
+}
+
+/// The namespace's pods version now, to see later what was created after it.
+async fn pods_version(pods: &Api<Pod>) -> String {
+    let list = pods
+        .list_metadata(&ListParams::default().limit(1))
+        .await
+        .expect("list pods");
+    list.metadata.resource_version.expect("list version")
+}
+
+/// Names of the pods created in the namespace since `version` (a watch that the apiserver
+/// ends after a second).
+async fn pods_created_since(pods: &Api<Pod>, version: &str) -> Vec<String> {
+    let events = pods
+        .watch(&WatchParams::default().timeout(1), version)
+        .await
+        .expect("watch pods");
+    let mut events = pin!(events);
+    let mut created = Vec::new();
+    while let Some(event) = events.try_next().await.expect("watch event") {
+        if let WatchEvent::Added(pod) = event {
+            created.extend(pod.metadata.name);
+        }
+    }
+    created
 }
 
 /// (node, host port) of each of our pods.
@@ -173,7 +201,7 @@ async fn a_hostport_stack_holds_its_port_on_its_node_and_a_port_serves_one_stack
 }
 
 #[tokio::test]
-async fn a_creator_whose_view_is_old_finds_the_port_taken_everywhere_and_answers_503() {
+async fn a_creator_whose_view_is_old_finds_the_port_taken_everywhere_and_a_new_one_reads_it_first() {
     let nodes = StackNodes::add().await;
     let settings = [
         ("STACK_EXPOSURE", "hostport"),
@@ -195,6 +223,17 @@ async fn a_creator_whose_view_is_old_finds_the_port_taken_everywhere_and_answers
     let distinct: HashSet<(String, i32)> = placements(&pods).into_iter().collect();
     assert_eq!(distinct.len(), 2, "two stacks on one (node, port)");
 
+    // A new sandbox reads the ports the pods hold (their annotations) before it picks: it
+    // answers "full" without making a pod for the scheduler to refuse.
+    let c = sandbox_of(&a, &settings).await;
+    let pods: Api<Pod> = Api::namespaced(a.env.kube.clone(), &a.namespace);
+    let version = pods_version(&pods).await;
+    let full = c.create(WEB_POD, json!(80)).await;
+    assert_eq!(full.status, 503, "{}", full.json);
+    assert_eq!(full.json["error"], "no available nodeport", "{}", full.json);
+    assert_eq!(pods_created_since(&pods, &version).await, Vec::<String>::new());
+
+    c.table.delete().await.ok();
     b.table.delete().await.ok();
     a.finish().await;
     nodes.remove().await;
