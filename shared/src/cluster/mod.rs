@@ -206,8 +206,8 @@ impl Cluster {
 
     /// What the range's ports hold: services' node ports (taken on every node, whatever the
     /// mode: a host port there would clash with kube-proxy's rule), host ports of our pods
-    /// (one node each, read from their annotation in a metadata-only list) and, in hostport
-    /// mode, how many nodes offer the range.
+    /// (one node each, read from their annotation in a metadata-only list, in protobuf: see
+    /// [`pod_metadata`]) and, in hostport mode, how many nodes offer the range.
     async fn refresh_port_use(&self) -> Result<(), ClusterError> {
         let nodes = async {
             match self.port_policy.exposure {
