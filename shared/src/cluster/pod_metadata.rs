@@ -9,10 +9,10 @@
 
 use std::collections::BTreeMap;
 
-use http_body_util::BodyExt;
+use futures::AsyncReadExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
-use kube::core::{ObjectList, Status};
+use kube::core::ObjectList;
 use kube::{Client, Resource};
 use prost::Message;
 use prost::bytes::Bytes;
@@ -63,7 +63,9 @@ struct ListMeta {
     continue_token: String,
 }
 
-/// One page of the metadata of the pods `params` selects in `namespace`.
+/// One page of the metadata of the pods `params` selects in `namespace`. kube's own
+/// `request_stream` sends it and turns an error answer (JSON `Status`, whatever was asked for,
+/// or a proxy's text) into `kube::Error::Api`, as for every other call.
 pub(crate) async fn list_page(
     client: &Client,
     namespace: &str,
@@ -76,21 +78,15 @@ pub(crate) async fn list_page(
     request
         .headers_mut()
         .insert(http::header::ACCEPT, http::HeaderValue::from_static(ACCEPT));
-    let response = client
-        .send(request.map(kube::client::Body::from))
-        .await
-        .map_err(|e| ClusterError::from_kube(OPERATION, e))?;
-    let code = response.status();
-    let body = response
-        .into_body()
-        .collect()
+    let mut body = Vec::new();
+    client
+        .request_stream(request)
         .await
         .map_err(|e| ClusterError::from_kube(OPERATION, e))?
-        .to_bytes();
-    if !code.is_success() {
-        return Err(ClusterError::from_kube(OPERATION, api_error(code, &body)));
-    }
-    decode_page(body).map_err(|source| ClusterError::Undecodable {
+        .read_to_end(&mut body)
+        .await
+        .map_err(|e| ClusterError::from_kube(OPERATION, kube::Error::ReadEvents(e)))?;
+    decode_page(Bytes::from(body)).map_err(|source| ClusterError::Undecodable {
         operation: OPERATION,
         source,
     })
@@ -114,16 +110,11 @@ fn unwrap_envelope(body: Bytes) -> Result<Bytes, ProtobufError> {
     Ok(Unknown::decode(envelope)?.raw)
 }
 
-/// The apiserver's `Status` for a failed call, as kube reports one. The apiserver answers
-/// errors in JSON whatever was asked for; a proxy in between may answer plain text.
-fn api_error(code: http::StatusCode, body: &[u8]) -> kube::Error {
-    let status = serde_json::from_slice::<Status>(body)
-        .unwrap_or_else(|_| Status::failure(String::from_utf8_lossy(body).trim(), "").with_code(code.as_u16()));
-    kube::Error::Api(status.boxed())
-}
-
 #[cfg(test)]
 mod tests {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
     use super::*;
 
     /// Two pages as the local apiserver (v1.34) answered `limit=1` for two labelled pods, one
@@ -160,18 +151,56 @@ mod tests {
         assert!(decode_page(Bytes::from_static(b"k8s\0\x12\xff")).is_err());
     }
 
-    #[test]
-    fn error_answers_keep_the_apiservers_code_and_message() {
-        let kube::Error::Api(status) = api_error(http::StatusCode::BAD_REQUEST, BAD_SELECTOR) else {
-            panic!("an API error")
-        };
-        assert_eq!((status.code, status.reason.as_str()), (400, "BadRequest"));
-        assert!(status.message.contains("expected: !, identifier"), "{}", status.message);
+    /// `list_page` through our client against a server that gives `answer` to one request.
+    async fn list_page_answered(answer: Vec<u8>) -> Result<ObjectList<PodMetadata>, ClusterError> {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut request = vec![0; 4096];
+            let _ = socket.read(&mut request).await.unwrap();
+            socket.write_all(&answer).await.unwrap();
+        });
+        let config = kube::Config::new(format!("http://127.0.0.1:{port}").parse().unwrap());
+        let client = super::super::client_builder(&config).unwrap().build();
+        list_page(&client, "stacks", &ListParams::default()).await
+    }
 
-        // A proxy's answer in between is kept as text, with the HTTP code.
-        let kube::Error::Api(status) = api_error(http::StatusCode::SERVICE_UNAVAILABLE, b"upstream connect error\n")
+    fn http_answer(status: &str, content_type: &str, body: &[u8]) -> Vec<u8> {
+        let head = format!(
+            "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        );
+        [head.as_bytes(), body].concat()
+    }
+
+    #[tokio::test]
+    async fn a_protobuf_answer_is_read_and_error_answers_are_sorted_like_every_call() {
+        let page = list_page_answered(http_answer("200 OK", ACCEPT, FIRST_PAGE))
+            .await
+            .expect("a page");
+        assert_eq!(page.items[0].name, "probe-a");
+
+        // The apiserver's JSON Status: a 400 is the input's fault.
+        let refused = list_page_answered(http_answer("400 Bad Request", "application/json", BAD_SELECTOR)).await;
+        let Err(ClusterError::Rejected(why)) = refused else {
+            panic!("{refused:?}")
+        };
+        assert!(why.contains("expected: !, identifier"), "{why}");
+
+        // A proxy's text in between, with a 503: worth trying again.
+        let unavailable = list_page_answered(http_answer(
+            "503 Service Unavailable",
+            "text/plain",
+            b"upstream connect error\n",
+        ))
+        .await;
+        let Err(ClusterError::Unavailable {
+            source: kube::Error::Api(status),
+            ..
+        }) = unavailable
         else {
-            panic!("an API error")
+            panic!("{unavailable:?}")
         };
         assert_eq!((status.code, status.message.as_str()), (503, "upstream connect error"));
     }
