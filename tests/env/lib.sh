@@ -135,12 +135,12 @@ print(" ".join(str(s.getsockname()[1]) for s in socks))
 PY
 }
 
-# curl against the apiserver as the admin user.
 # token_of <identity>: its bearer token (tests/env/pki.sh writes them).
 token_of() {
     awk -F, -v name="$1" '$3 == name { print $1 }' "$PKI_DIR/tokens.csv"
 }
 
+# curl against the apiserver as the admin user.
 kube_curl() {
     # shellcheck source=/dev/null
     source "$PORTS_FILE"
@@ -191,9 +191,14 @@ scheduler_qps() {
     esac
 }
 
+# Cargo's target directory.
+target_dir() {
+    echo "${CARGO_TARGET_DIR:-$REPO_DIR/target}"
+}
+
 # Where cargo puts a workspace binary of the given profile (debug or release).
 target_bin() {
-    echo "${CARGO_TARGET_DIR:-$REPO_DIR/target}/$1/$2"
+    echo "$(target_dir)/$1/$2"
 }
 
 # The stack-env helper binary (table from template.yaml, simulated nodes). Built on demand.
