@@ -8,6 +8,7 @@ use hyper_util::rt::TokioExecutor;
 use kube::client::{Body, ClientBuilder, ConfigExt, DynBody, RustlsTlsError};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use rustls_pki_types::ServerName;
+use tower::timeout::TimeoutLayer;
 use tower::util::BoxService;
 use tower::{BoxError, ServiceBuilder, ServiceExt};
 
@@ -72,6 +73,10 @@ pub type KubeService = BoxService<Request<Body>, Response<Box<DynBody>>, BoxErro
 ///   (kube-rs/kube#1923, for the sake of websocket upgrades, which nothing here uses). Every
 ///   call shares one connection, and a watch ended early resets its stream instead of closing
 ///   its connection: over HTTP/1.1 each create's watch cost a new TCP and TLS handshake.
+/// - The read timeout also bounds the wait for an answer's head. The connector's read timeout
+///   watches the connection, which HTTP/2 shares: while other calls' answers arrive on it, a
+///   call the apiserver never answers (queued by priority and fairness, etcd stalled) would
+///   otherwise wait until its caller's own deadline.
 pub fn client_builder(config: &kube::Config) -> Result<ClientBuilder<KubeService>, kube::Error> {
     let mut config = config.clone();
     if !config.headers.iter().any(|(name, _)| name == http::header::USER_AGENT) {
@@ -107,6 +112,7 @@ pub fn client_builder(config: &kube::Config) -> Result<ClientBuilder<KubeService
         .layer(config.base_uri_layer())
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
+        .option_layer(config.read_timeout.map(TimeoutLayer::new))
         .map_err(BoxError::from)
         .service(http)
         .map_response(|response| {
@@ -175,6 +181,41 @@ mod tests {
         assert!(
             matches!(outcome, Ok(Err(_))),
             "the call must fail, not hang: {outcome:?}"
+        );
+    }
+
+    /// Over HTTP/2 other calls' answers keep a connection busy while one call waits; here the
+    /// server keeps it busy by sending the head a byte at a time, faster than the read timeout.
+    #[tokio::test]
+    async fn a_call_unanswered_at_the_read_timeout_fails_while_its_connection_is_busy() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let _trickling = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut request = vec![0; 4096];
+            let _ = socket.read(&mut request).await.unwrap();
+            socket.write_all(b"HTTP/1.1 200 OK\r\nx-padding: ").await.unwrap();
+            for _ in 0..600 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                if socket.write_all(b"a").await.is_err() {
+                    return;
+                }
+            }
+        });
+        let client = client_builder(&config(port)).unwrap().build();
+        let started = std::time::Instant::now();
+        let outcome = tokio::time::timeout(Duration::from_secs(10), get_version(&client)).await;
+        let Ok(Err(err)) = outcome else {
+            panic!("the call must fail, not hang: {outcome:?}");
+        };
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "failed after {:?}",
+            started.elapsed()
+        );
+        assert!(
+            ClusterError::from_kube("get version", err).is_transient(),
+            "an unanswered call is the apiserver's trouble: the client is told to retry"
         );
     }
 }
