@@ -8,7 +8,7 @@ const IGNORE_STAGE_IN_PATH: &str = "AWS_LAMBDA_HTTP_IGNORE_STAGE_IN_PATH";
 
 // One thread: a Lambda sandbox serves one request at a time, and the calls a create makes
 // concurrently wait on the network, not on a core; a second worker only added cross-thread
-// wake-ups (the API's CPU per create fell 13 % with one, bench-scale at 3,000 stacks).
+// wake-ups (the API's CPU per create fell 11 % with one, bench-scale at 3,000 stacks).
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     stack_core::telemetry::init();

@@ -139,6 +139,13 @@ mod tests {
         config
     }
 
+    /// A listener on a free loopback port, and the port.
+    async fn local_listener() -> (TcpListener, u16) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        (listener, port)
+    }
+
     async fn get_version(client: &kube::Client) -> Result<String, kube::Error> {
         client
             .request_text(Request::get("/version").body(Vec::new()).unwrap())
@@ -147,8 +154,7 @@ mod tests {
 
     #[tokio::test]
     async fn requests_carry_the_configs_credentials_to_its_server() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
+        let (listener, port) = local_listener().await;
         let server = tokio::spawn(async move {
             let (mut socket, _) = listener.accept().await.unwrap();
             let mut request = vec![0; 4096];
@@ -169,8 +175,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_server_that_never_answers_fails_the_call_at_the_read_timeout() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
+        let (listener, port) = local_listener().await;
         let _silent = tokio::spawn(async move {
             let (socket, _) = listener.accept().await.unwrap();
             tokio::time::sleep(Duration::from_secs(60)).await;
@@ -188,8 +193,7 @@ mod tests {
     /// server keeps it busy by sending the head a byte at a time, faster than the read timeout.
     #[tokio::test]
     async fn a_call_unanswered_at_the_read_timeout_fails_while_its_connection_is_busy() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
+        let (listener, port) = local_listener().await;
         let _trickling = tokio::spawn(async move {
             let (mut socket, _) = listener.accept().await.unwrap();
             let mut request = vec![0; 4096];

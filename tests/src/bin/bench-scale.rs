@@ -796,6 +796,7 @@ impl CpuUse {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let had = wall.as_secs_f64() * cores as f64;
         let share = |spent: Duration| 100.0 * spent.as_secs_f64() / total.as_secs_f64().max(f64::EPSILON);
+        let per_create_ms = |spent: Duration| spent.as_secs_f64() * 1000.0 / created.max(1) as f64;
         let each: Vec<String> = used
             .iter()
             .map(|(name, spent)| format!("{name} {:.1} s ({:.0} %)", spent.as_secs_f64(), share(*spent)))
@@ -804,7 +805,7 @@ impl CpuUse {
             "  CPU during the creates: {:.1} s of the {had:.1} s that {cores} cores had ({:.0} %), {:.1} ms per stack created: {}",
             total.as_secs_f64(),
             100.0 * total.as_secs_f64() / had.max(f64::EPSILON),
-            total.as_secs_f64() * 1000.0 / created.max(1) as f64,
+            per_create_ms(total),
             each.join(", ")
         );
         // What the simulated cloud (control plane, kubelets, DynamoDB) costs per create is this
@@ -817,7 +818,6 @@ impl CpuUse {
         };
         let api = spent_by(API_PROCESS);
         let cloud = total.saturating_sub(api).saturating_sub(spent_by(BENCH_PROCESS));
-        let per_create_ms = |spent: Duration| spent.as_secs_f64() * 1000.0 / created.max(1) as f64;
         println!(
             "  the local cloud alone (all but the API and this benchmark): {:.1} ms per stack created, so {cores} cores create at most {:.1}/s whatever the API does; the API: {:.2} ms per stack created",
             per_create_ms(cloud),
