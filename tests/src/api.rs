@@ -217,6 +217,7 @@ impl ApiHarness {
             .list_stacks(Manifest::Include)
             .await
             .expect("list records")
+            .records
     }
 
     /// Removes the harness's namespace (and so its pods and services) and table.

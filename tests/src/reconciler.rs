@@ -239,6 +239,28 @@ pub async fn set_ttl(store: &Store, id: &StackId, ttl_expires_at: Timestamp) -> 
     Ok(())
 }
 
+/// Sets a record's `status` to `status` as stored text, whatever it is (as an operator editing
+/// the table, or a newer version with a status this one does not know, would).
+pub async fn set_stored_status(store: &Store, id: &StackId, status: &str) -> Result<(), StoreError> {
+    let key = HashMap::from([
+        ("pk".to_owned(), AttributeValue::S("STACK".to_owned())),
+        ("sk".to_owned(), AttributeValue::S(id.to_string())),
+    ]);
+    store
+        .client()
+        .update_item()
+        .table_name(store.table())
+        .set_key(Some(key))
+        .condition_expression("attribute_exists(pk)")
+        .update_expression("SET #status = :status")
+        .expression_attribute_names("#status", "status")
+        .expression_attribute_values(":status", AttributeValue::S(status.to_owned()))
+        .send()
+        .await
+        .map_err(|e| StoreError::backend("UpdateItem", e))?;
+    Ok(())
+}
+
 /// Waits until kwok reports the pod `Running`.
 pub async fn wait_pod_running(pods: &Api<Pod>, name: &str) -> Result<Pod, EnvError> {
     let running = |pod: Option<&Pod>| {

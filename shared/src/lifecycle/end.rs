@@ -82,22 +82,29 @@ pub async fn end_stack<R: StackRemover>(remover: &R, removal: &Removal, now: Tim
         // `Gone` only means someone else removed the record; the objects may remain.
         remover.write_observed(&removal.record.stack_id, mark, now).await?;
     }
-    let delete = |kind, name: &Option<String>| {
-        let name = name.clone();
-        async move {
-            match name {
-                Some(name) => match remover.delete_object(kind, &name).await {
-                    Err(RemoveError::Cluster(ClusterError::NotFound)) => Ok(()),
-                    other => other,
-                },
-                None => Ok(()),
-            }
-        }
-    };
-    let (service, pod) = futures::join!(
-        delete(ObjectKind::Service, &removal.service),
-        delete(ObjectKind::Pod, &removal.pod)
-    );
-    service.and(pod)?;
+    delete_objects(remover, removal.service.as_deref(), removal.pod.as_deref()).await?;
     remover.delete_record(&removal.record).await
+}
+
+/// Deletes the named service and pod together; either already gone counts as success.
+pub async fn delete_objects<R: StackRemover>(
+    remover: &R,
+    service: Option<&str>,
+    pod: Option<&str>,
+) -> Result<(), RemoveError> {
+    let (service, pod) = futures::join!(
+        delete_object(remover, ObjectKind::Service, service),
+        delete_object(remover, ObjectKind::Pod, pod)
+    );
+    service.and(pod)
+}
+
+async fn delete_object<R: StackRemover>(remover: &R, kind: ObjectKind, name: Option<&str>) -> Result<(), RemoveError> {
+    match name {
+        Some(name) => match remover.delete_object(kind, name).await {
+            Err(RemoveError::Cluster(ClusterError::NotFound)) => Ok(()),
+            other => other,
+        },
+        None => Ok(()),
+    }
 }

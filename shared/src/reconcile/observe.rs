@@ -18,7 +18,7 @@ pub enum ObserveError {
 /// any node a listed pod is bound to existed before the node list. A missing object is then
 /// really gone, not merely created after its list call.
 pub async fn observe(store: &Store, cluster: &Cluster) -> Result<Snapshot, ObserveError> {
-    let (records, jobs, claims) = tokio::try_join!(
+    let (listing, jobs, claims) = tokio::try_join!(
         store.list_stacks(Manifest::Omit),
         store.list_unfinished_jobs(),
         store.list_idempotency_claims()
@@ -30,7 +30,8 @@ pub async fn observe(store: &Store, cluster: &Cluster) -> Result<Snapshot, Obser
     )?;
     let nodes = cluster.list_nodes().await?;
     Ok(Snapshot {
-        records,
+        records: listing.records,
+        unreadable: listing.unreadable.into_iter().map(|item| item.sk).collect(),
         pods,
         services,
         nodes: nodes.iter().filter_map(NodeView::of).collect(),

@@ -97,6 +97,9 @@ async fn reconcile(reconciler: &Reconciler, stop_at: Instant) -> Result<(Summary
     if plan.foreign > 0 {
         tracing::warn!(records = plan.foreign, "records of another namespace left alone");
     }
+    if plan.unreadable > 0 {
+        tracing::error!(records = plan.unreadable, "unreadable records: their stacks left alone");
+    }
     let limits = Limits {
         concurrency: reconciler.concurrency,
         stop_at,
@@ -110,7 +113,8 @@ async fn reconcile(reconciler: &Reconciler, stop_at: Instant) -> Result<(Summary
         orphans: tally.orphans,
         status_updates: tally.status_updates,
         jobs: tally.jobs,
-        failures: tally.failures,
+        // Each needs an operator: repair the item, or delete it and let a pass remove the rest.
+        failures: tally.failures + plan.unreadable,
         remaining: tally.remaining,
         duration_ms: 0,
     };

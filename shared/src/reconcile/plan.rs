@@ -31,6 +31,9 @@ pub struct PlanConfig {
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     pub records: Vec<StackRecord>,
+    /// Keys (stack ids) of records that exist but do not read: their stacks are left alone,
+    /// objects and claims included, until someone repairs or deletes the item.
+    pub unreadable: Vec<String>,
     pub pods: Vec<PodView>,
     pub services: Vec<ServiceView>,
     pub nodes: Vec<NodeView>,
@@ -71,6 +74,8 @@ pub struct Plan {
     pub scanned: usize,
     /// Records of another namespace (the configuration changed): left alone.
     pub foreign: usize,
+    /// Records that do not read: left alone, counted as failures.
+    pub unreadable: usize,
 }
 
 /// Our objects of the stack namespace, by name.
@@ -105,12 +110,17 @@ pub fn plan(snapshot: Snapshot, now: Timestamp, config: &PlanConfig) -> Plan {
     let objects = Objects::index(&snapshot, config);
     let mut result = Plan {
         scanned: snapshot.records.len(),
+        unreadable: snapshot.unreadable.len(),
         ..Plan::default()
     };
     let mut removals = Vec::new();
     let mut updates = Vec::new();
-    let mut claimed_pods = HashSet::new();
-    let mut claimed_services = HashSet::new();
+    // What an unreadable record would claim, by the names its id gives.
+    let unreadable: Vec<StackId> = snapshot.unreadable.iter().filter_map(|sk| sk.parse().ok()).collect();
+    let unreadable_objects: Vec<(String, String)> =
+        unreadable.iter().map(|id| (id.pod_name(), id.service_name())).collect();
+    let mut claimed_pods: HashSet<&str> = unreadable_objects.iter().map(|(pod, _)| pod.as_str()).collect();
+    let mut claimed_services: HashSet<&str> = unreadable_objects.iter().map(|(_, svc)| svc.as_str()).collect();
 
     for record in &snapshot.records {
         claimed_pods.insert(record.pod_id.as_str());
@@ -164,7 +174,12 @@ pub fn plan(snapshot: Snapshot, now: Timestamp, config: &PlanConfig) -> Plan {
             name: pod.object.name.clone(),
         });
     }
-    let recorded: HashSet<&StackId> = snapshot.records.iter().map(|r| &r.stack_id).collect();
+    let recorded: HashSet<&StackId> = snapshot
+        .records
+        .iter()
+        .map(|r| &r.stack_id)
+        .chain(&unreadable)
+        .collect();
     for (key, claim) in &snapshot.claims {
         if !recorded.contains(&claim.stack_id) && older_than(Some(claim.claimed_at), now, config.orphan_grace) {
             result.actions.push(Action::ReleaseClaim {
@@ -275,6 +290,7 @@ mod tests {
     fn healthy() -> Snapshot {
         Snapshot {
             records: vec![record(1)],
+            unreadable: vec![],
             pods: vec![pod(1)],
             services: vec![service(1)],
             nodes: vec![node("n1", "203.0.113.1")],
@@ -679,6 +695,30 @@ mod tests {
         let p = run(snapshot);
         assert_eq!(p.actions, vec![]);
         assert_eq!(p.foreign, 1);
+    }
+
+    #[test]
+    fn a_record_that_does_not_read_keeps_its_objects_and_claim() {
+        let claim = (
+            "key-7".to_owned(),
+            IdempotencyClaim {
+                body_sha256: "h".into(),
+                stack_id: id(7),
+                claimed_at: ago(3600),
+            },
+        );
+        // Stack 7's objects and claim are old enough to go, were nothing to claim them.
+        let mut snapshot = healthy();
+        snapshot.pods.push(pod(7));
+        snapshot.services.push(service(7));
+        snapshot.claims.push(claim);
+        let unclaimed = run(snapshot.clone());
+        assert_eq!(unclaimed.actions.len(), 3, "{:?}", unclaimed.actions);
+
+        snapshot.unreadable = vec![id(7).to_string(), "not-an-id".into()];
+        let p = run(snapshot);
+        assert_eq!(p.actions, vec![]);
+        assert_eq!((p.scanned, p.unreadable), (1, 2));
     }
 
     #[test]

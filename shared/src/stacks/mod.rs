@@ -18,10 +18,10 @@ pub use read::{ListPage, Stats};
 
 use crate::cluster::{self, Cluster, ClusterError, NamespacePolicy, PortPolicy};
 use crate::config::{Config, ConfigError};
-use crate::lifecycle::end::{ObjectKind, RecordWrite, RemoveError, StackRemover};
+use crate::lifecycle::end::{ObjectKind, RecordWrite, RemoveError, StackRemover, delete_objects};
 use crate::lifecycle::{Removal, RemovalReason, end_stack};
 use crate::model::{StackId, StackRecord};
-use crate::store::{Manifest, ObservedState, Store, StoreError, UnstorableManifest};
+use crate::store::{Manifest, ObservedState, Store, StoreError, Unreadable, UnstorableManifest};
 use crate::validate::{Rejection, ValidationPolicy};
 
 /// Start-up failures.
@@ -235,12 +235,20 @@ impl Stacks {
     }
 
     pub async fn delete(&self, id: &StackId) -> Result<(), StackError> {
-        let record = self
-            .store
-            .get_stack(id, Manifest::Omit)
-            .await?
-            .ok_or(StackError::NotFound)?;
+        let record = match self.store.get_stack(id, Manifest::Omit).await {
+            Err(StoreError::Unreadable(unreadable)) => return self.delete_unreadable(id, &unreadable).await,
+            read => read?.ok_or(StackError::NotFound)?,
+        };
         self.remove(&Removal::of(record, RemovalReason::Deleted, None)).await
+    }
+
+    /// A stack whose record does not read still goes: by the names its id gives, objects
+    /// first, then its items. Its idempotency key, unknown here, is released by the reconciler.
+    async fn delete_unreadable(&self, id: &StackId, unreadable: &Unreadable) -> Result<(), StackError> {
+        tracing::warn!(error = %unreadable, "deleting a stack whose record does not read");
+        let (service, pod) = (id.service_name(), id.pod_name());
+        delete_objects(self, Some(&service), Some(&pod)).await?;
+        Ok(self.store.delete_stack_items(id, None).await?)
     }
 }
 

@@ -24,6 +24,8 @@ pub enum StoreError {
     },
     #[error("stored item is malformed: {0}")]
     Malformed(String),
+    #[error(transparent)]
+    Unreadable(#[from] super::Unreadable),
     /// The manifest cannot be kept (the request's fault).
     #[error(transparent)]
     Unstorable(#[from] super::UnstorableManifest),

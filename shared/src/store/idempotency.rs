@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use super::item::{Item, PK, SK, from_item, key, s, to_item};
+use super::item::{Item, PK, SK, from_item, key, read_item, readable, s, to_item};
 use super::{Store, StoreError};
 use crate::model::StackId;
 
@@ -114,14 +114,16 @@ impl Store {
     /// Every claim with its key (one paginated query): the reconciler releases those whose
     /// create died without writing a record.
     pub async fn list_idempotency_claims(&self) -> Result<Vec<(String, IdempotencyClaim)>, StoreError> {
-        self.query_partition(IDEM_PK, |mut item| {
-            let key = match item.remove(SK) {
-                Some(AttributeValue::S(key)) => key,
-                _ => return Err(StoreError::Malformed("idempotency item without sk".into())),
-            };
-            Ok((key, from_item(item)?))
-        })
-        .await
+        let claims = self
+            .query_partition(IDEM_PK, |item| {
+                let key = match item.get(SK) {
+                    Some(AttributeValue::S(key)) => key.clone(),
+                    _ => String::new(),
+                };
+                Ok(read_item(item).map(|claim| (key, claim)))
+            })
+            .await?;
+        Ok(readable(claims).0)
     }
 
     /// Whether any idempotency key still exists (used by tests and diagnostics).

@@ -41,9 +41,84 @@ pub(crate) fn to_item<T: Serialize>(
     Ok(item)
 }
 
-pub(crate) fn from_item<T: DeserializeOwned>(mut item: Item) -> Result<T, StoreError> {
-    for k in [PK, SK, EXPIRES_AT] {
-        item.remove(k);
+pub(crate) fn from_item<T: DeserializeOwned>(item: Item) -> Result<T, StoreError> {
+    Ok(read_item(item)?)
+}
+
+/// A stored item that does not read as what its partition holds: edited by hand, or written by
+/// a version whose format this one does not know. Lists leave it out and log it
+/// ([`readable`]), so that one such item does not stop every list and reconcile pass.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("stored item pk={pk} sk={sk} is unreadable: {reason}")]
+pub struct Unreadable {
+    pub pk: String,
+    pub sk: String,
+    pub reason: String,
+}
+
+/// The value of `item`, or what names the item if it does not read as a `T`.
+pub(crate) fn read_item<T: DeserializeOwned>(mut item: Item) -> Result<T, Unreadable> {
+    let mut key_part = |k| match item.remove(k) {
+        Some(AttributeValue::S(v)) => v,
+        _ => String::new(),
+    };
+    let (pk, sk) = (key_part(PK), key_part(SK));
+    item.remove(EXPIRES_AT);
+    serde_dynamo::from_item(item).map_err(|e| Unreadable {
+        pk,
+        sk,
+        reason: e.to_string(),
+    })
+}
+
+/// The items of a list that read, each unreadable one logged and left out.
+pub(crate) fn readable<T>(items: Vec<Result<T, Unreadable>>) -> (Vec<T>, Vec<Unreadable>) {
+    let (mut read, mut unreadable) = (Vec::with_capacity(items.len()), Vec::new());
+    for item in items {
+        match item {
+            Ok(value) => read.push(value),
+            Err(err) => {
+                tracing::error!(pk = %err.pk, sk = %err.sk, reason = %err.reason, "stored item unreadable, left out");
+                unreadable.push(err);
+            }
+        }
     }
-    serde_dynamo::from_item(item).map_err(|e| StoreError::Malformed(e.to_string()))
+    (read, unreadable)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, PartialEq, serde::Deserialize)]
+    struct Value {
+        status: String,
+    }
+
+    #[test]
+    fn an_item_that_does_not_read_is_named_by_its_key() {
+        let mut item = key("STACK", "stack-0000000000000007");
+        item.insert("status".into(), n(1));
+        let err = read_item::<Value>(item).unwrap_err();
+        assert_eq!((err.pk.as_str(), err.sk.as_str()), ("STACK", "stack-0000000000000007"));
+        let message = StoreError::from(err).to_string();
+        assert!(message.contains("pk=STACK sk=stack-0000000000000007"), "{message}");
+    }
+
+    #[test]
+    fn a_list_keeps_what_reads_and_names_the_rest() {
+        let mut good = key("STACK", "a");
+        good.insert("status".into(), s("running"));
+        good.insert(EXPIRES_AT.into(), n(1));
+        let bad = key("STACK", "b");
+        let (read, unreadable) = readable(vec![read_item::<Value>(good), read_item::<Value>(bad)]);
+        assert_eq!(
+            read,
+            vec![Value {
+                status: "running".into()
+            }]
+        );
+        assert_eq!(unreadable.len(), 1);
+        assert_eq!(unreadable[0].sk, "b");
+    }
 }

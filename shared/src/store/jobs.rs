@@ -3,7 +3,7 @@
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use jiff::{SignedDuration, Timestamp};
 
-use super::item::{PK, from_item, key, s, to_item};
+use super::item::{PK, from_item, key, read_item, readable, s, to_item};
 use super::{Store, StoreError};
 use crate::model::BatchDeleteJob;
 
@@ -81,8 +81,9 @@ impl Store {
                     .expression_attribute_values(":running", s("running"))
                     .consistent_read(true)
             },
-            from_item,
+            |item| Ok(read_item(item)),
         )
         .await
+        .map(|jobs| readable(jobs).0)
     }
 }

@@ -29,8 +29,9 @@ use aws_sdk_dynamodb::Client;
 pub use cursor::{InvalidCursor, ListCursor};
 pub use error::StoreError;
 pub use idempotency::IdempotencyClaim;
+pub use item::Unreadable;
 pub use manifest::{MAX_ITEM_BYTES, MAX_MANIFEST_TEXT_BYTES, StoredManifest, UnstorableManifest};
-pub use stacks::{Manifest, ObservedState};
+pub use stacks::{Manifest, ObservedState, StackListing};
 
 /// Handle on the stack table; cheap to clone, built once per process.
 #[derive(Clone, Debug)]

@@ -15,7 +15,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, Delete, KeysAndAttributes, Put, Tr
 use jiff::Timestamp;
 
 use super::cursor::ListCursor;
-use super::item::{Item, PK, SK, from_item, key, s, to_item};
+use super::item::{Item, PK, SK, Unreadable, key, read_item, readable, s, to_item};
 use super::manifest::{self, MANIFEST_ATTR, StoredManifest};
 use super::{Store, StoreError, idempotency};
 use crate::model::{StackId, StackRecord, StackStatus, StackUsage};
@@ -45,6 +45,14 @@ pub enum Manifest {
     Include,
     /// `pod_spec` is left empty.
     Omit,
+}
+
+/// Every stack record, and those that do not read as one (left out of `records`, logged).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StackListing {
+    /// Oldest first.
+    pub records: Vec<StackRecord>,
+    pub unreadable: Vec<Unreadable>,
 }
 
 /// What the cluster showed about a stack; written back only when it differs.
@@ -118,7 +126,7 @@ impl Store {
     pub async fn get_stack(&self, id: &StackId, manifest: Manifest) -> Result<Option<StackRecord>, StoreError> {
         let read_record = async {
             let item = self.get_item(STACK_PK, id).await?;
-            item.map(from_item::<StackRecord>).transpose()
+            Ok::<_, StoreError>(item.map(read_item::<StackRecord>).transpose()?)
         };
         let read_manifest = async {
             if manifest == Manifest::Omit {
@@ -136,8 +144,9 @@ impl Store {
     }
 
     /// Every stack record, oldest first (one paginated query; with manifests, then read by key).
-    pub async fn list_stacks(&self, manifest: Manifest) -> Result<Vec<StackRecord>, StoreError> {
-        let mut records = self.query_partition(STACK_PK, from_item::<StackRecord>).await?;
+    pub async fn list_stacks(&self, manifest: Manifest) -> Result<StackListing, StoreError> {
+        let items = self.query_partition(STACK_PK, |item| Ok(read_item(item))).await?;
+        let (mut records, unreadable) = readable::<StackRecord>(items);
         if manifest == Manifest::Include {
             let ids: Vec<StackId> = records.iter().map(|r| r.stack_id.clone()).collect();
             let mut specs = self.get_manifests(&ids).await?;
@@ -152,7 +161,7 @@ impl Store {
                 .cmp(&b.created_at)
                 .then_with(|| a.stack_id.cmp(&b.stack_id))
         });
-        Ok(records)
+        Ok(StackListing { records, unreadable })
     }
 
     /// What every stack holds of the cluster, from the `usage` index: one query per leading
@@ -176,15 +185,15 @@ impl Store {
                         .expression_attribute_values(":pk", s(STACK_PK))
                         .expression_attribute_values(":prefix", s(prefix.as_str()))
                 },
-                from_item::<StackUsage>,
+                |item| Ok(read_item::<StackUsage>(item)),
             )
         }));
         match segments.await {
-            Ok(segments) => Ok(segments.into_iter().flatten().collect()),
+            Ok(segments) => Ok(readable(segments.into_iter().flatten().collect()).0),
             Err(err) if is_index_unready(&err) => {
                 tracing::warn!(error = %err, index = USAGE_INDEX, "index not readable yet, reading the records");
-                let records = self.list_stacks(Manifest::Omit).await?;
-                Ok(records.iter().map(StackUsage::from).collect())
+                let listing = self.list_stacks(Manifest::Omit).await?;
+                Ok(listing.records.iter().map(StackUsage::from).collect())
             }
             Err(err) => Err(err),
         }
@@ -231,34 +240,46 @@ impl Store {
     }
 
     /// The stacks `ids` with their manifests, in the order given; ids without a record (or
-    /// whose record was deleted while they were read) are left out.
+    /// whose record was deleted while they were read, or does not read) are left out.
     pub async fn get_stacks(&self, ids: &[StackId]) -> Result<Vec<StackRecord>, StoreError> {
         let keys = ids
             .iter()
             .flat_map(|id| [key(STACK_PK, id.as_str()), key(MANIFEST_PK, id.as_str())])
             .collect();
-        let mut records = HashMap::new();
-        let mut specs = HashMap::new();
+        let (mut records, mut specs) = (Vec::new(), Vec::new());
         for item in self.batch_get(keys).await? {
             match item_key(&item)? {
-                (STACK_PK, id) => {
-                    let id = id.to_owned();
-                    records.insert(id, from_item::<StackRecord>(item)?);
-                }
+                (STACK_PK, _) => records.push(read_item::<StackRecord>(item)),
                 (MANIFEST_PK, id) => {
                     let id = id.to_owned();
-                    specs.insert(id, manifest_of(item)?);
+                    specs.push(
+                        manifest_of(item)
+                            .map(|spec| (id.clone(), spec))
+                            .map_err(|err| Unreadable {
+                                pk: MANIFEST_PK.to_owned(),
+                                sk: id,
+                                reason: err.to_string(),
+                            }),
+                    );
                 }
                 _ => {}
             }
         }
+        let mut records: HashMap<String, StackRecord> = readable(records)
+            .0
+            .into_iter()
+            .map(|record| (record.stack_id.to_string(), record))
+            .collect();
+        // A stack whose manifest does not read is left out like one whose record does not.
+        let mut specs: HashMap<String, String> = readable(specs).0.into_iter().collect();
         Ok(ids
             .iter()
             .filter_map(|id| {
                 let mut record = records.remove(id.as_str())?;
                 match specs.remove(id.as_str()) {
                     Some(spec) => record.pod_spec = spec,
-                    // Record and manifest go together: the stack was deleted between the reads.
+                    // Record and manifest go together: the stack was deleted between the reads
+                    // (or its manifest does not read).
                     None if record.pod_spec.is_empty() => return None,
                     None => {}
                 }

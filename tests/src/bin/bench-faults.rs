@@ -175,6 +175,7 @@ impl Bench {
                 .list_stacks(Manifest::Omit)
                 .await
                 .unwrap_or_default()
+                .records
                 .into_iter()
                 .map(|r| r.stack_id.to_string())
                 .collect(),

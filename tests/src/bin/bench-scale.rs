@@ -388,6 +388,7 @@ async fn run(env: &TestEnv, options: &Options, fixture: &mut Fixture) -> Result<
     let unsettled = store
         .list_stacks(Manifest::Omit)
         .await?
+        .records
         .iter()
         .filter(|r| r.status != StackStatus::Running)
         .count();
@@ -723,6 +724,7 @@ async fn check_endpoints(
     let records: Endpoints = store
         .list_stacks(Manifest::Omit)
         .await?
+        .records
         .iter()
         .map(|r| {
             let ports = r.ports.iter().map(|p| p.node_port);

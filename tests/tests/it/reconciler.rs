@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use http::Method;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
@@ -14,11 +15,11 @@ use serde_json::{Value, json};
 use stack_core::model::{BatchDeleteJob, JobStatus, MANAGED_BY_LABEL, StackId, StackStatus, new_job_id};
 use stack_core::reconcile::{LEASE_NAME, Summary};
 use stack_core::store::ObservedState;
-use stack_tests::api::{ApiHarness, WEB_POD};
+use stack_tests::api::{ApiHarness, WEB_POD, listed_ids};
 use stack_tests::env::{SimulatedNode, nodes, unique_name};
 use stack_tests::reconciler::{
-    TestReconciler, add_schedulable_node, minimal_pod, set_ttl, stack_pod, stack_service, until_older_than, wait_gone,
-    wait_pod_running,
+    TestReconciler, add_schedulable_node, minimal_pod, set_stored_status, set_ttl, stack_pod, stack_service,
+    until_older_than, wait_gone, wait_pod_running,
 };
 
 /// Pods, services and records of the harness's namespace and table, by name, and how many
@@ -246,6 +247,61 @@ async fn stack_whose_node_was_deleted_is_removed() {
     let summary = reconciler.pass().await;
     assert_eq!((summary.drift, summary.failures), (1, 0), "{summary:?}");
     api.assert_nothing_left().await;
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn a_record_that_does_not_read_stops_neither_the_pass_nor_the_lists_and_its_stack_is_kept() {
+    let api = ApiHarness::start().await;
+    let (expired, garbled, live) = (
+        create_stack(&api).await,
+        create_stack(&api).await,
+        create_stack(&api).await,
+    );
+    let eager = TestReconciler::over(&api, &[("STACK_ORPHAN_GRACE", "1s")]).await;
+    set_ttl(eager.store(), &expired, past()).await.unwrap();
+    // A status this version does not know: the record no longer reads.
+    set_stored_status(eager.store(), &garbled, "paused").await.unwrap();
+    let garbled_pod = api.pods_api().get(&garbled.pod_name()).await.unwrap();
+    // Old enough that, taken for an orphan, its pod would go.
+    until_older_than(&garbled_pod.metadata, Duration::from_secs(2)).await;
+
+    let summary = eager.pass().await;
+    assert_eq!(
+        (summary.scanned, summary.expired, summary.orphans, summary.failures),
+        (2, 1, 0, 1),
+        "{summary:?}"
+    );
+    // Its pod and service are kept, neither record is touched, the expired stack is gone.
+    let state = State::of(&api).await;
+    assert_eq!(state.records, BTreeSet::from([live.to_string()]));
+    assert_eq!(state.manifests, 2);
+    assert_eq!(state.pods, BTreeSet::from([garbled.pod_name(), live.pod_name()]));
+    assert_eq!(
+        state.services,
+        BTreeSet::from([garbled.service_name(), live.service_name()])
+    );
+
+    // The platform still lists and the operator still sees /stats.
+    let pages = api.walk_pages(None).await;
+    assert_eq!(listed_ids(&pages), vec![live.to_string()]);
+    let stats = api.call(Method::GET, "/stats", None).await;
+    assert_eq!(stats.status, 200, "{}", stats.json);
+
+    // Repaired, it is a stack like the others again.
+    set_stored_status(eager.store(), &garbled, "running").await.unwrap();
+    let repaired = eager.pass().await;
+    assert_eq!((repaired.scanned, repaired.failures), (2, 0), "{repaired:?}");
+    assert_eq!(State::of(&api).await, State::stacks(&[&garbled, &live]));
+
+    // Garbled again, the platform can still delete it: pod, service and items go.
+    set_stored_status(eager.store(), &garbled, "paused").await.unwrap();
+    let deleted = api.call(Method::DELETE, &format!("/stacks/{garbled}"), None).await;
+    assert_eq!(deleted.status, 200, "{}", deleted.json);
+    wait_gone(&api.pods_api(), &garbled.pod_name()).await.unwrap();
+    assert_eq!(State::of(&api).await, State::stacks(&[&live]));
+    let after = eager.pass().await;
+    assert_eq!((after.scanned, after.failures), (1, 0), "{after:?}");
     api.finish().await;
 }
 

@@ -4,6 +4,10 @@
 //! exists, and a page of large stacks stays under the byte bound (here rather than in api.rs,
 //! whose tests run concurrently and include timing-sensitive ones). Needs `tests/env/up`.
 
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::AttributeValue;
 use http::Method;
 use jiff::{SignedDuration, Timestamp};
 use serde_json::json;
@@ -33,10 +37,10 @@ async fn record_and_manifest_are_written_read_and_removed_together() {
     assert_eq!(lean.pod_spec, "");
     assert_eq!(lean.ports, record.ports);
     assert_eq!(
-        store.list_stacks(Manifest::Include).await.unwrap(),
+        store.list_stacks(Manifest::Include).await.unwrap().records,
         vec![record.clone()]
     );
-    assert_eq!(store.list_stacks(Manifest::Omit).await.unwrap(), vec![lean]);
+    assert_eq!(store.list_stacks(Manifest::Omit).await.unwrap().records, vec![lean]);
 
     // The same id again is refused as a whole: the first manifest is not overwritten.
     let mut other = record.clone();
@@ -73,7 +77,7 @@ async fn manifests_written_before_compression_still_read() {
         Some(record.clone())
     );
     assert_eq!(
-        store.list_stacks(Manifest::Include).await.unwrap(),
+        store.list_stacks(Manifest::Include).await.unwrap().records,
         vec![record.clone()]
     );
     assert_eq!(
@@ -119,7 +123,7 @@ async fn the_largest_manifest_encode_accepts_is_one_dynamodb_stores() {
     other.pod_spec = text[..too_long].to_owned();
     let refused = store.put_new_stack(&other).await;
     assert!(matches!(refused, Err(StoreError::Unstorable(_))), "{refused:?}");
-    assert_eq!(store.list_stacks(Manifest::Omit).await.unwrap().len(), 1);
+    assert_eq!(store.list_stacks(Manifest::Omit).await.unwrap().records.len(), 1);
     table.delete().await.unwrap();
 }
 
@@ -364,5 +368,89 @@ async fn usage_is_read_from_the_records_while_the_index_is_missing() {
     let record = running_record(&StackId::generate(), "stacks", "node-1", None, ttl);
     store.put_new_stack(&record).await.unwrap();
     assert_eq!(store.list_stack_usage().await.unwrap(), vec![StackUsage::from(&record)]);
+    table.delete().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_stack_whose_record_or_manifest_does_not_read_is_left_out_and_named() {
+    let env = TestEnv::connect().await.expect("local environment (run tests/env/up)");
+    let table = env.fresh_table("store").await.expect("fresh table");
+    let store = Store::new(env.dynamodb.clone(), table.name(), true);
+    let ttl = Timestamp::now() + SignedDuration::from_hours(1);
+    let [good, bad_record, bad_manifest] =
+        [0, 1, 2].map(|_| running_record(&StackId::generate(), "stacks", "node-1", None, ttl));
+    for record in [&good, &bad_record, &bad_manifest] {
+        store.put_new_stack(record).await.unwrap();
+    }
+    // Key layout of the stack table (see stack_core::store).
+    let key = |pk: &str, id: &StackId| {
+        HashMap::from([
+            ("pk".to_owned(), AttributeValue::S(pk.to_owned())),
+            ("sk".to_owned(), AttributeValue::S(id.to_string())),
+        ])
+    };
+    let set = |pk: &str, id: &StackId, attribute: &str, value: AttributeValue| {
+        store
+            .client()
+            .update_item()
+            .table_name(store.table())
+            .set_key(Some(key(pk, id)))
+            .update_expression("SET #a = :v")
+            .expression_attribute_names("#a", attribute)
+            .expression_attribute_values(":v", value)
+            .send()
+    };
+    set(
+        "STACK",
+        &bad_record.stack_id,
+        "status",
+        AttributeValue::S("paused".into()),
+    )
+    .await
+    .unwrap();
+    set(
+        "MANIFEST",
+        &bad_manifest.stack_id,
+        "pod_spec",
+        AttributeValue::B(Blob::new(b"not zstd".to_vec())),
+    )
+    .await
+    .unwrap();
+
+    let listing = store.list_stacks(Manifest::Omit).await.unwrap();
+    let listed: Vec<&StackId> = listing.records.iter().map(|r| &r.stack_id).collect();
+    assert_eq!(listed.len(), 2);
+    assert!(!listed.contains(&&bad_record.stack_id), "{listed:?}");
+    let unreadable: Vec<(&str, &str)> = listing
+        .unreadable
+        .iter()
+        .map(|u| (u.pk.as_str(), u.sk.as_str()))
+        .collect();
+    assert_eq!(unreadable, vec![("STACK", bad_record.stack_id.as_str())]);
+
+    let ids = [
+        good.stack_id.clone(),
+        bad_record.stack_id.clone(),
+        bad_manifest.stack_id.clone(),
+    ];
+    assert_eq!(store.get_stacks(&ids).await.unwrap(), vec![good.clone()]);
+    let usage = store.list_stack_usage().await.unwrap();
+    assert_eq!(usage.len(), 2, "{usage:?}");
+    let one = store.get_stack(&bad_record.stack_id, Manifest::Omit).await;
+    assert!(
+        matches!(&one, Err(StoreError::Unreadable(u)) if u.sk == bad_record.stack_id.as_str()),
+        "{one:?}"
+    );
+
+    // The reconciler's other lists: an idempotency claim and a job that do not read.
+    for (pk, sk) in [("IDEM", "key-garbled"), ("JOB", "job-0000000000000001")] {
+        let mut item = key(pk, &good.stack_id);
+        item.insert("sk".into(), AttributeValue::S(sk.into()));
+        item.insert("status".into(), AttributeValue::S("queued".into()));
+        let put = store.client().put_item().table_name(store.table()).set_item(Some(item));
+        put.send().await.unwrap();
+    }
+    assert_eq!(store.list_idempotency_claims().await.unwrap(), vec![]);
+    assert_eq!(store.list_unfinished_jobs().await.unwrap(), vec![]);
     table.delete().await.unwrap();
 }
