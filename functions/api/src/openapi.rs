@@ -34,9 +34,15 @@ pub struct JobAccepted {
 #[derive(Serialize, ToSchema)]
 pub struct BatchDeleteRequest {
     /// Trimmed; duplicates dropped; a blank one is refused.
-    #[schema(min_items = 1)]
+    #[schema(min_items = 1, value_type = Vec<StackIdText>)]
     pub stack_ids: Vec<String>,
 }
+
+/// A stack id as a client sends it: anything but blank (an id that names no stack counts as
+/// not found).
+#[derive(Serialize, ToSchema)]
+#[schema(pattern = "\\S")]
+pub struct StackIdText(String);
 
 #[derive(Serialize, ToSchema)]
 pub struct Health {
@@ -157,5 +163,24 @@ mod tests {
             doc["paths"]["/openapi.json"]["get"]["security"],
             serde_json::json!([{}])
         );
+    }
+
+    /// What the handlers refuse is declared, so that clients and contract fuzzers stay
+    /// within what the API accepts.
+    #[test]
+    fn document_declares_the_limits_the_handlers_enforce() {
+        let doc: serde_json::Value = serde_json::from_str(document()).unwrap();
+        let limit = &doc["paths"]["/stacks"]["get"]["parameters"][0];
+        assert_eq!(limit["name"], "limit");
+        assert_eq!(
+            (&limit["schema"]["minimum"], &limit["schema"]["maximum"]),
+            (&1.into(), &1000.into())
+        );
+        let ids = &doc["components"]["schemas"]["BatchDeleteRequest"]["properties"]["stack_ids"];
+        let item = match ids["items"]["$ref"].as_str() {
+            Some(reference) => &doc["components"]["schemas"][reference.trim_start_matches("#/components/schemas/")],
+            None => &ids["items"],
+        };
+        assert_eq!(item["pattern"], "\\S", "{ids}");
     }
 }

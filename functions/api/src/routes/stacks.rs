@@ -75,7 +75,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     path = "/stacks",
     operation_id = "listStacks",
     params(
-        ("limit" = Option<usize>, Query, description = "Stacks per page, 1 to 1000 (default 100); a page can be shorter to stay under 4 MiB"),
+        ("limit" = Option<usize>, Query, minimum = 1, maximum = 1000, description = "Stacks per page, 1 to 1000 (default 100); a page can be shorter to stay under 4 MiB"),
         ("cursor" = Option<String>, Query, description = "The `next_cursor` of the previous page"),
     ),
     responses(
