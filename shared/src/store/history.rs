@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 use jiff::Timestamp;
 
-use super::item::{EXPIRES_AT, Item, PK, SK, from_item, n, s, to_item};
+use super::item::{EXPIRES_AT, Item, PK, SK, Unreadable, n, read_item, readable, s, take_key, to_item};
 use super::{Store, StoreError};
 use crate::history::{PassSnapshot, RETENTION, RefusalMinute, RefusalReason, minute_of};
 
@@ -39,7 +39,7 @@ impl Store {
 
     /// Snapshots taken at or after `since`, oldest first.
     pub async fn pass_snapshots_since(&self, since: Timestamp) -> Result<Vec<PassSnapshot>, StoreError> {
-        self.query_since(HISTORY_PK, since, from_item).await
+        self.query_since(HISTORY_PK, since, read_item).await
     }
 
     /// Adds one refusal to the count of `at`'s minute: one atomic update, no read.
@@ -68,38 +68,44 @@ impl Store {
         self.query_since(REFUSALS_PK, since, refusal_minute).await
     }
 
+    /// Items that do not read are left out (logged): a chart misses a point.
     async fn query_since<T>(
         &self,
         pk: &str,
         since: Timestamp,
-        parse: impl FnMut(Item) -> Result<T, StoreError>,
+        mut parse: impl FnMut(Item) -> Result<T, Unreadable>,
     ) -> Result<Vec<T>, StoreError> {
-        self.query_all(
-            || {
-                self.client
-                    .query()
-                    .table_name(&self.table)
-                    .key_condition_expression("#pk = :pk AND #sk >= :since")
-                    .expression_attribute_names("#pk", PK)
-                    .expression_attribute_names("#sk", SK)
-                    .expression_attribute_values(":pk", s(pk))
-                    .expression_attribute_values(":since", s(sort_key(since)))
-            },
-            parse,
-        )
-        .await
+        let items = self
+            .query_all(
+                || {
+                    self.client
+                        .query()
+                        .table_name(&self.table)
+                        .key_condition_expression("#pk = :pk AND #sk >= :since")
+                        .expression_attribute_names("#pk", PK)
+                        .expression_attribute_names("#sk", SK)
+                        .expression_attribute_values(":pk", s(pk))
+                        .expression_attribute_values(":since", s(sort_key(since)))
+                },
+                |item| Ok(parse(item)),
+            )
+            .await?;
+        Ok(readable(items).0)
     }
 }
 
-fn refusal_minute(mut item: Item) -> Result<RefusalMinute, StoreError> {
-    for k in [PK, SK, EXPIRES_AT] {
-        item.remove(k);
-    }
+fn refusal_minute(mut item: Item) -> Result<RefusalMinute, Unreadable> {
+    let (pk, sk) = take_key(&mut item);
     let minute = match item.remove(MINUTE) {
-        Some(AttributeValue::S(m)) => m
-            .parse()
-            .map_err(|_| StoreError::Malformed("refusal minute is not a time".into()))?,
-        _ => return Err(StoreError::Malformed("refusal item without minute".into())),
+        Some(AttributeValue::S(m)) => m.parse().ok(),
+        _ => None,
+    };
+    let Some(minute) = minute else {
+        return Err(Unreadable {
+            pk,
+            sk,
+            reason: "no minute, or not a time".into(),
+        });
     };
     let counts: BTreeMap<String, u64> = item
         .into_iter()

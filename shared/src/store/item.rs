@@ -58,17 +58,24 @@ pub struct Unreadable {
 
 /// The value of `item`, or what names the item if it does not read as a `T`.
 pub(crate) fn read_item<T: DeserializeOwned>(mut item: Item) -> Result<T, Unreadable> {
-    let mut key_part = |k| match item.remove(k) {
-        Some(AttributeValue::S(v)) => v,
-        _ => String::new(),
-    };
-    let (pk, sk) = (key_part(PK), key_part(SK));
-    item.remove(EXPIRES_AT);
+    let (pk, sk) = take_key(&mut item);
     serde_dynamo::from_item(item).map_err(|e| Unreadable {
         pk,
         sk,
         reason: e.to_string(),
     })
+}
+
+/// Removes what every item has besides its value (key and expiry) and returns the key,
+/// empty parts where the item has none.
+pub(crate) fn take_key(item: &mut Item) -> (String, String) {
+    let mut part = |k| match item.remove(k) {
+        Some(AttributeValue::S(v)) => v,
+        _ => String::new(),
+    };
+    let key = (part(PK), part(SK));
+    item.remove(EXPIRES_AT);
+    key
 }
 
 /// The items of a list that read, each unreadable one logged and left out.

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use axum::body::Body;
 use http::{Method, Request};
 use http_body_util::BodyExt;
@@ -139,6 +140,29 @@ async fn history_shows_reconcile_passes_and_refused_creates() {
         assert!(Instant::now() < deadline, "refusal not counted: {history}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+
+    // A chart item that does not read (a version with another format) costs only its point.
+    let store = api.state.stacks.store();
+    let now_ms = format!("{:015}", jiff::Timestamp::now().as_millisecond());
+    for pk in ["HISTORY", "REFUSALS"] {
+        let put = store
+            .client()
+            .put_item()
+            .table_name(store.table())
+            .item("pk", AttributeValue::S(pk.into()))
+            .item("sk", AttributeValue::S(now_ms.clone()))
+            .item("minute", AttributeValue::N("1".into()))
+            .item("at", AttributeValue::N("1".into()));
+        put.send().await.unwrap();
+    }
+    let history = api.call(Method::GET, "/history", None).await;
+    assert_eq!(history.status, 200, "{}", history.json);
+    assert_eq!(
+        history.json["passes"].as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        history.json
+    );
 
     // The page groups by the manifest's challenge label.
     let list = api.call(Method::GET, "/stacks", None).await.json;
