@@ -113,7 +113,7 @@ async fn reconcile(reconciler: &Reconciler, stop_at: Instant) -> Result<(Summary
         orphans: tally.orphans,
         status_updates: tally.status_updates,
         jobs: tally.jobs,
-        // Each needs an operator: repair the item, or delete it and let a pass remove the rest.
+        // Each needs an operator: repair the item, or end the stack with `DELETE /stacks/{id}`.
         failures: tally.failures + plan.unreadable,
         remaining: tally.remaining,
         duration_ms: 0,

@@ -32,7 +32,7 @@ pub struct PlanConfig {
 pub struct Snapshot {
     pub records: Vec<StackRecord>,
     /// Keys (stack ids) of records that exist but do not read: their stacks are left alone,
-    /// objects and claims included, until someone repairs or deletes the item.
+    /// objects and claims included, until someone repairs the item or deletes the stack.
     pub unreadable: Vec<String>,
     pub pods: Vec<PodView>,
     pub services: Vec<ServiceView>,
