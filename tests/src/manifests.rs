@@ -2,11 +2,11 @@
 //! simulated nodes, and large manifests for the storage and list-size tests, at the validator's
 //! limits (256 KiB of text, twice that once aliases are expanded) and growing when hardened.
 
-use std::collections::HashMap;
-
 use aws_sdk_dynamodb::types::AttributeValue;
 use stack_core::model::{Protocol, StackId, TargetPort};
 use stack_core::store::Store;
+
+use crate::reconciler::stored_key;
 
 /// A small challenge (10m CPU, 16Mi: requests default to the limits), so that thousands fit on
 /// a few simulated nodes.
@@ -92,12 +92,8 @@ pub fn alias_env_pod(value: impl Fn(usize) -> String) -> String {
 
 /// Overwrites the manifest of `id` as items were written before compression (a plain string).
 pub async fn put_plain_manifest(store: &Store, id: &StackId, text: &str) -> Result<(), String> {
-    // Key layout of the stack table (see stack_core::store): pk=`MANIFEST`, sk=stack id.
-    let item = HashMap::from([
-        ("pk".to_owned(), AttributeValue::S("MANIFEST".to_owned())),
-        ("sk".to_owned(), AttributeValue::S(id.to_string())),
-        ("pod_spec".to_owned(), AttributeValue::S(text.to_owned())),
-    ]);
+    let mut item = stored_key("MANIFEST", id);
+    item.insert("pod_spec".to_owned(), AttributeValue::S(text.to_owned()));
     store
         .client()
         .put_item()

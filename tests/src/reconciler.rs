@@ -220,45 +220,46 @@ pub fn running_record(
 /// Moves a record's `ttl_expires_at` (as an operator editing the table would): the clock
 /// cannot be moved, so this is how a test makes a stack expire without waiting for it.
 pub async fn set_ttl(store: &Store, id: &StackId, ttl_expires_at: Timestamp) -> Result<(), StoreError> {
-    // Key layout of the stack table (see stack_core::store): pk=`STACK`, sk=stack id.
-    let key = HashMap::from([
-        ("pk".to_owned(), AttributeValue::S("STACK".to_owned())),
-        ("sk".to_owned(), AttributeValue::S(id.to_string())),
-    ]);
+    let ttl = AttributeValue::S(ttl_expires_at.to_string());
+    set_stored_attribute(store, "STACK", id, "ttl_expires_at", ttl).await
+}
+
+/// Sets a record's `status` to `status` as stored text, whatever it is (as an operator editing
+/// the table, or a newer version with a status this one does not know, would).
+pub async fn set_stored_status(store: &Store, id: &StackId, status: &str) -> Result<(), StoreError> {
+    set_stored_attribute(store, "STACK", id, "status", AttributeValue::S(status.to_owned())).await
+}
+
+/// Sets one attribute of the existing item `pk`/`id` to `value` as stored, bypassing the store.
+pub async fn set_stored_attribute(
+    store: &Store,
+    pk: &str,
+    id: &StackId,
+    attribute: &str,
+    value: AttributeValue,
+) -> Result<(), StoreError> {
     store
         .client()
         .update_item()
         .table_name(store.table())
-        .set_key(Some(key))
+        .set_key(Some(stored_key(pk, id)))
         .condition_expression("attribute_exists(pk)")
-        .update_expression("SET ttl_expires_at = :ttl")
-        .expression_attribute_values(":ttl", AttributeValue::S(ttl_expires_at.to_string()))
+        .update_expression("SET #attribute = :value")
+        .expression_attribute_names("#attribute", attribute)
+        .expression_attribute_values(":value", value)
         .send()
         .await
         .map_err(|e| StoreError::backend("UpdateItem", e))?;
     Ok(())
 }
 
-/// Sets a record's `status` to `status` as stored text, whatever it is (as an operator editing
-/// the table, or a newer version with a status this one does not know, would).
-pub async fn set_stored_status(store: &Store, id: &StackId, status: &str) -> Result<(), StoreError> {
-    let key = HashMap::from([
-        ("pk".to_owned(), AttributeValue::S("STACK".to_owned())),
+/// The key of a stack's item in partition `pk` (see stack_core::store: pk=`STACK` or
+/// `MANIFEST`, sk=stack id).
+pub fn stored_key(pk: &str, id: &StackId) -> HashMap<String, AttributeValue> {
+    HashMap::from([
+        ("pk".to_owned(), AttributeValue::S(pk.to_owned())),
         ("sk".to_owned(), AttributeValue::S(id.to_string())),
-    ]);
-    store
-        .client()
-        .update_item()
-        .table_name(store.table())
-        .set_key(Some(key))
-        .condition_expression("attribute_exists(pk)")
-        .update_expression("SET #status = :status")
-        .expression_attribute_names("#status", "status")
-        .expression_attribute_values(":status", AttributeValue::S(status.to_owned()))
-        .send()
-        .await
-        .map_err(|e| StoreError::backend("UpdateItem", e))?;
-    Ok(())
+    ])
 }
 
 /// Waits until kwok reports the pod `Running`.

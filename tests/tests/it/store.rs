@@ -4,8 +4,6 @@
 //! exists, and a page of large stacks stays under the byte bound (here rather than in api.rs,
 //! whose tests run concurrently and include timing-sensitive ones). Needs `tests/env/up`.
 
-use std::collections::HashMap;
-
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 use http::Method;
@@ -19,7 +17,7 @@ use stack_core::store::{
 use stack_tests::api::{ApiHarness, Reply, listed_ids};
 use stack_tests::env::{TableDefinition, TestEnv, TestTable};
 use stack_tests::manifests::{noise, put_plain_manifest};
-use stack_tests::reconciler::running_record;
+use stack_tests::reconciler::{running_record, set_stored_attribute, set_stored_status, stored_key};
 
 #[tokio::test]
 async fn record_and_manifest_are_written_read_and_removed_together() {
@@ -382,40 +380,11 @@ async fn a_stack_whose_record_or_manifest_does_not_read_is_left_out_and_named() 
     for record in [&good, &bad_record, &bad_manifest] {
         store.put_new_stack(record).await.unwrap();
     }
-    // Key layout of the stack table (see stack_core::store).
-    let key = |pk: &str, id: &StackId| {
-        HashMap::from([
-            ("pk".to_owned(), AttributeValue::S(pk.to_owned())),
-            ("sk".to_owned(), AttributeValue::S(id.to_string())),
-        ])
-    };
-    let set = |pk: &str, id: &StackId, attribute: &str, value: AttributeValue| {
-        store
-            .client()
-            .update_item()
-            .table_name(store.table())
-            .set_key(Some(key(pk, id)))
-            .update_expression("SET #a = :v")
-            .expression_attribute_names("#a", attribute)
-            .expression_attribute_values(":v", value)
-            .send()
-    };
-    set(
-        "STACK",
-        &bad_record.stack_id,
-        "status",
-        AttributeValue::S("paused".into()),
-    )
-    .await
-    .unwrap();
-    set(
-        "MANIFEST",
-        &bad_manifest.stack_id,
-        "pod_spec",
-        AttributeValue::B(Blob::new(b"not zstd".to_vec())),
-    )
-    .await
-    .unwrap();
+    set_stored_status(&store, &bad_record.stack_id, "paused").await.unwrap();
+    let not_zstd = AttributeValue::B(Blob::new(b"not zstd".to_vec()));
+    set_stored_attribute(&store, "MANIFEST", &bad_manifest.stack_id, "pod_spec", not_zstd)
+        .await
+        .unwrap();
 
     let listing = store.list_stacks(Manifest::Omit).await.unwrap();
     let listed: Vec<&StackId> = listing.records.iter().map(|r| &r.stack_id).collect();
@@ -444,7 +413,7 @@ async fn a_stack_whose_record_or_manifest_does_not_read_is_left_out_and_named() 
 
     // The reconciler's other lists: an idempotency claim and a job that do not read.
     for (pk, sk) in [("IDEM", "key-garbled"), ("JOB", "job-0000000000000001")] {
-        let mut item = key(pk, &good.stack_id);
+        let mut item = stored_key(pk, &good.stack_id);
         item.insert("sk".into(), AttributeValue::S(sk.into()));
         item.insert("status".into(), AttributeValue::S("queued".into()));
         let put = store.client().put_item().table_name(store.table()).set_item(Some(item));
