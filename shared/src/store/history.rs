@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 use jiff::Timestamp;
 
-use super::item::{EXPIRES_AT, Item, PK, SK, Unreadable, n, read_item, readable, s, take_key, to_item};
+use super::item::{EXPIRES_AT, Item, PK, SK, Unreadable, n, read_item, s, take_key, to_item};
 use super::{Store, StoreError};
 use crate::history::{PassSnapshot, RETENTION, RefusalMinute, RefusalReason, minute_of};
 
@@ -73,9 +73,9 @@ impl Store {
         &self,
         pk: &str,
         since: Timestamp,
-        mut parse: impl FnMut(Item) -> Result<T, Unreadable>,
+        parse: impl FnMut(Item) -> Result<T, Unreadable>,
     ) -> Result<Vec<T>, StoreError> {
-        let items = self
+        let (items, _) = self
             .query_all(
                 || {
                     self.client
@@ -87,10 +87,10 @@ impl Store {
                         .expression_attribute_values(":pk", s(pk))
                         .expression_attribute_values(":since", s(sort_key(since)))
                 },
-                |item| Ok(parse(item)),
+                parse,
             )
             .await?;
-        Ok(readable(items).0)
+        Ok(items)
     }
 }
 

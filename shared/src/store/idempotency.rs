@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use super::item::{Item, PK, SK, from_item, key, read_item, readable, s, to_item};
+use super::item::{Item, PK, SK, from_item, key, read_item, s, to_item};
 use super::{Store, StoreError};
 use crate::model::StackId;
 
@@ -114,16 +114,16 @@ impl Store {
     /// Every claim with its key (one paginated query): the reconciler releases those whose
     /// create died without writing a record.
     pub async fn list_idempotency_claims(&self) -> Result<Vec<(String, IdempotencyClaim)>, StoreError> {
-        let claims = self
+        let (claims, _) = self
             .query_partition(IDEM_PK, |item| {
                 let key = match item.get(SK) {
                     Some(AttributeValue::S(key)) => key.clone(),
                     _ => String::new(),
                 };
-                Ok(read_item(item).map(|claim| (key, claim)))
+                read_item(item).map(|claim| (key, claim))
             })
             .await?;
-        Ok(readable(claims).0)
+        Ok(claims)
     }
 
     /// Whether any idempotency key still exists (used by tests and diagnostics).

@@ -3,7 +3,7 @@
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use jiff::{SignedDuration, Timestamp};
 
-use super::item::{PK, from_item, key, read_item, readable, s, to_item};
+use super::item::{PK, from_item, key, read_item, s, to_item};
 use super::{Store, StoreError};
 use crate::model::BatchDeleteJob;
 
@@ -81,9 +81,9 @@ impl Store {
                     .expression_attribute_values(":running", s("running"))
                     .consistent_read(true)
             },
-            |item| Ok(read_item(item)),
+            read_item,
         )
         .await
-        .map(|jobs| readable(jobs).0)
+        .map(|(jobs, _)| jobs)
     }
 }

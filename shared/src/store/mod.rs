@@ -60,12 +60,13 @@ impl Store {
 }
 
 impl Store {
-    /// Every item `query` selects, through `parse`, one page at a time.
+    /// Every item `query` selects, through `parse`, one page at a time; the items that do not
+    /// read apart (logged), so that one of them does not fail the whole list.
     pub(crate) async fn query_all<T>(
         &self,
         query: impl Fn() -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
-        mut parse: impl FnMut(item::Item) -> Result<T, StoreError>,
-    ) -> Result<Vec<T>, StoreError> {
+        mut parse: impl FnMut(item::Item) -> Result<T, Unreadable>,
+    ) -> Result<(Vec<T>, Vec<Unreadable>), StoreError> {
         let mut parsed = Vec::new();
         let mut start = None;
         loop {
@@ -75,11 +76,11 @@ impl Store {
                 .await
                 .map_err(|e| StoreError::backend("Query", e))?;
             for item in out.items.unwrap_or_default() {
-                parsed.push(parse(item)?);
+                parsed.push(parse(item));
             }
             start = out.last_evaluated_key;
             if start.is_none() {
-                return Ok(parsed);
+                return Ok(item::readable(parsed));
             }
         }
     }

@@ -145,8 +145,7 @@ impl Store {
 
     /// Every stack record, oldest first (one paginated query; with manifests, then read by key).
     pub async fn list_stacks(&self, manifest: Manifest) -> Result<StackListing, StoreError> {
-        let items = self.query_partition(STACK_PK, |item| Ok(read_item(item))).await?;
-        let (mut records, unreadable) = readable::<StackRecord>(items);
+        let (mut records, unreadable) = self.query_partition(STACK_PK, read_item::<StackRecord>).await?;
         if manifest == Manifest::Include {
             let ids: Vec<StackId> = records.iter().map(|r| r.stack_id.clone()).collect();
             let mut specs = self.get_manifests(&ids).await?;
@@ -185,11 +184,11 @@ impl Store {
                         .expression_attribute_values(":pk", s(STACK_PK))
                         .expression_attribute_values(":prefix", s(prefix.as_str()))
                 },
-                |item| Ok(read_item::<StackUsage>(item)),
+                read_item::<StackUsage>,
             )
         }));
         match segments.await {
-            Ok(segments) => Ok(readable(segments.into_iter().flatten().collect()).0),
+            Ok(segments) => Ok(segments.into_iter().flat_map(|(usage, _)| usage).collect()),
             Err(err) if is_index_unready(&err) => {
                 tracing::warn!(error = %err, index = USAGE_INDEX, "index not readable yet, reading the records");
                 let listing = self.list_stacks(Manifest::Omit).await?;
@@ -362,12 +361,13 @@ impl Store {
         Ok(out.item)
     }
 
-    /// Every item of partition `pk`, through `parse` (a paginated query).
+    /// Every item of partition `pk`, through `parse` (a paginated query), and those that do
+    /// not read.
     pub(super) async fn query_partition<T>(
         &self,
         pk: &str,
-        parse: impl FnMut(Item) -> Result<T, StoreError>,
-    ) -> Result<Vec<T>, StoreError> {
+        parse: impl FnMut(Item) -> Result<T, Unreadable>,
+    ) -> Result<(Vec<T>, Vec<Unreadable>), StoreError> {
         self.query_all(
             || {
                 self.client
@@ -481,7 +481,7 @@ impl Store {
 
     /// How many manifests are stored (used by tests: one per record, none left over).
     pub async fn count_manifests(&self) -> Result<usize, StoreError> {
-        Ok(self.query_partition(MANIFEST_PK, |_| Ok(())).await?.len())
+        Ok(self.query_partition(MANIFEST_PK, |_| Ok(())).await?.0.len())
     }
 }
 
