@@ -15,7 +15,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, Delete, KeysAndAttributes, Put, Tr
 use jiff::Timestamp;
 
 use super::cursor::ListCursor;
-use super::item::{Item, PK, SK, Unreadable, key, read_item, readable, s, to_item};
+use super::item::{Item, PK, SK, Unreadable, key, read_item, readable, s, take_key, to_item};
 use super::manifest::{self, MANIFEST_ATTR, StoredManifest};
 use super::{Store, StoreError, idempotency};
 use crate::model::{StackId, StackRecord, StackStatus, StackUsage};
@@ -132,7 +132,7 @@ impl Store {
             if manifest == Manifest::Omit {
                 return Ok(None);
             }
-            self.get_item(MANIFEST_PK, id).await?.map(manifest_of).transpose()
+            Ok(self.get_item(MANIFEST_PK, id).await?.map(manifest_of).transpose()?)
         };
         let (record, spec) = tokio::try_join!(read_record, read_manifest)?;
         Ok(record.map(|mut record| {
@@ -251,15 +251,7 @@ impl Store {
                 (STACK_PK, _) => records.push(read_item::<StackRecord>(item)),
                 (MANIFEST_PK, id) => {
                     let id = id.to_owned();
-                    specs.push(
-                        manifest_of(item)
-                            .map(|spec| (id.clone(), spec))
-                            .map_err(|err| Unreadable {
-                                pk: MANIFEST_PK.to_owned(),
-                                sk: id,
-                                reason: err.to_string(),
-                            }),
-                    );
+                    specs.push(manifest_of(item).map(|spec| (id, spec)));
                 }
                 _ => {}
             }
@@ -486,11 +478,15 @@ impl Store {
 }
 
 /// The `pod_spec` of a manifest item.
-fn manifest_of(item: Item) -> Result<String, StoreError> {
-    let value = item
-        .get(MANIFEST_ATTR)
-        .ok_or_else(|| StoreError::Malformed("manifest item without pod_spec".into()))?;
-    manifest::decode(value)
+/// The text of a manifest item, or what names the item if it does not read (as
+/// [`read_item`] does for the other items).
+fn manifest_of(mut item: Item) -> Result<String, Unreadable> {
+    let (pk, sk) = take_key(&mut item);
+    let text = match item.get(MANIFEST_ATTR) {
+        Some(value) => manifest::decode(value).map_err(|e| e.to_string()),
+        None => Err("manifest item without pod_spec".to_owned()),
+    };
+    text.map_err(|reason| Unreadable { pk, sk, reason })
 }
 
 /// DynamoDB's answer to a query of an index that does not exist, or is still being filled

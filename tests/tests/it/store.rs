@@ -410,6 +410,11 @@ async fn a_stack_whose_record_or_manifest_does_not_read_is_left_out_and_named() 
         matches!(&one, Err(StoreError::Unreadable(u)) if u.sk == bad_record.stack_id.as_str()),
         "{one:?}"
     );
+    let spec = store.get_stack(&bad_manifest.stack_id, Manifest::Include).await;
+    assert!(
+        matches!(&spec, Err(StoreError::Unreadable(u)) if (u.pk.as_str(), u.sk.as_str()) == ("MANIFEST", bad_manifest.stack_id.as_str())),
+        "{spec:?}"
+    );
 
     // The reconciler's other lists: an idempotency claim and a job that do not read.
     for (pk, sk) in [("IDEM", "key-garbled"), ("JOB", "job-0000000000000001")] {
