@@ -9,6 +9,11 @@
 //! Whatever the allowlist says, a registry on a loopback or link-local address (or named
 //! `localhost`, or the EC2 metadata service) is refused: the kubelet pulls from the node, so
 //! such a reference makes the node talk to its own services or the metadata endpoint.
+//!
+//! A registry on an internal address (RFC 1918, 100.64/10, IPv6 unique local) is refused unless
+//! an allowlist entry names it: that is how an operator lets a private registry in the VPC
+//! through (the local environment's registry is one), while a manifest cannot point the
+//! node's pulls at any other host of the network.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -32,11 +37,18 @@ pub(super) fn check(image: &str, allowlist: &[String]) -> Result<(), String> {
             "{image:?} is forbidden: its registry {host} is a loopback or link-local address of the node"
         ));
     }
-    if allowlist.is_empty() {
-        return Ok(());
-    }
     let qualified = qualify(image);
-    if allowlist.iter().any(|entry| matches_entry(&qualified, entry)) {
+    let allowed = allowlist.iter().any(|entry| matches_entry(&qualified, entry));
+    if let Some(host) = registry_host(image)
+        && is_internal(host)
+        && !allowed
+    {
+        return Err(format!(
+            "{image:?} is forbidden: its registry {host} is an internal address; \
+             an operator lets a private registry through by listing it in STACK_IMAGE_ALLOWLIST"
+        ));
+    }
+    if allowlist.is_empty() || allowed {
         Ok(())
     } else {
         Err(format!(
@@ -111,6 +123,24 @@ fn v4_is_node_local(v4: Ipv4Addr) -> bool {
     v4.is_loopback() || v4.is_link_local() || v4.is_unspecified()
 }
 
+/// An address of the cluster's own network rather than of the internet.
+fn is_internal(host: &str) -> bool {
+    match parse_ip(host.split_once('%').map_or(host, |(address, _)| address)) {
+        Some(IpAddr::V4(v4)) => v4_is_internal(v4),
+        Some(IpAddr::V6(v6)) => {
+            let unique_local = (v6.segments()[0] & 0xfe00) == 0xfc00;
+            unique_local || v6.to_ipv4_mapped().is_some_and(v4_is_internal)
+        }
+        None => false,
+    }
+}
+
+fn v4_is_internal(v4: Ipv4Addr) -> bool {
+    let [a, b, ..] = v4.octets();
+    let shared = a == 100 && (64..128).contains(&b);
+    v4.is_private() || shared
+}
+
 /// An address as resolvers read it: IPv6, or IPv4 in any `inet_aton` form (`127.1`,
 /// `0x7f.0.0.1`, `2130706433`), which a runtime's resolver would accept as well.
 fn parse_ip(name: &str) -> Option<IpAddr> {
@@ -165,7 +195,7 @@ mod tests {
             "nginx:1.27",
             "ghcr.io/org/app@sha256:abc",
             "registry:5000/a/b:c",
-            "10.0.0.5:5000/ctf/web",
+            "203.0.113.5:5000/ctf/web",
             "127.example.com/x",
         ] {
             assert_eq!(check(image, &[]), Ok(()), "{image}");
@@ -197,6 +227,38 @@ mod tests {
             assert!(err.contains("loopback or link-local"), "{image}: {err}");
             let allowed = allow(&[image.split('/').next().unwrap()]);
             assert!(check(image, &allowed).unwrap_err().contains("loopback"), "{image}");
+        }
+    }
+
+    #[test]
+    fn internal_registries_need_an_allowlist_entry_that_names_them() {
+        let images = [
+            "10.0.0.5:5000/ctf/web",
+            "10.80.0.1:41234/stack-env/tcp:1",
+            "172.16.3.4/x",
+            "192.168.1.10:5000/x",
+            "100.64.0.9/x",
+            "[fd12::1]:5000/x",
+            "[::ffff:10.1.2.3]/x",
+            "0x0a000005:5000/x",
+        ];
+        for image in images {
+            let err = check(image, &[]).unwrap_err();
+            assert!(err.contains("internal address"), "{image}: {err}");
+            let registry = image.split('/').next().unwrap();
+            assert_eq!(check(image, &allow(&[&format!("{registry}/")])), Ok(()), "{image}");
+            // An entry for another registry does not let it through.
+            let err = check(image, &allow(&["registry.example.com/"])).unwrap_err();
+            assert!(err.contains("internal address"), "{image}: {err}");
+        }
+        // Public addresses and names are not internal.
+        for image in [
+            "172.32.0.1/x",
+            "100.128.0.1/x",
+            "11.0.0.1/x",
+            "registry.internal.example/x",
+        ] {
+            assert_eq!(check(image, &[]), Ok(()), "{image}");
         }
     }
 
