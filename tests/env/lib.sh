@@ -18,8 +18,9 @@ PORTS_FILE="$STATE_DIR/ports.sh"
 ENV_FILE="$STATE_DIR/env.sh"
 KUBECONFIG_FILE="$STATE_DIR/kubeconfig"
 
-# Start order; `down` stops in reverse.
-COMPONENTS=(etcd dynamodb kube-apiserver kube-controller-manager kube-scheduler kwok)
+# Start order of the control plane and its neighbours; `down` stops in reverse, after the
+# real nodes (nodes.sh), whose components depend on how many there are.
+COMPONENTS=(etcd dynamodb kube-apiserver kube-controller-manager kube-scheduler kwok registry)
 
 DDB_STACK_TABLE_DEFAULT="stacks"
 AWS_REGION_DEFAULT="us-east-1"
@@ -71,21 +72,30 @@ component_alive() { component_pid "$1" >/dev/null; }
 # Every component's process is alive (not a health check).
 all_running() {
     local name
-    for name in "${COMPONENTS[@]}"; do
+    [[ -f "$NET_FILE" ]] || return 1
+    for name in "${COMPONENTS[@]}" $(node_components); do
         component_alive "$name" || return 1
     done
 }
 
 # Starts a component detached from this shell (own session, so Ctrl-C in a terminal or the
 # end of this script does not reach it) and records "<pid> <executable>" in its pid file.
+# `start_component <name> [--exe <executable>] <command...>`: --exe names the program the
+# command ends up running when that is not its first word (a wrapper that execs it).
 start_component() {
-    local name="$1"
+    local name="$1" exe
     shift
+    if [[ "$1" == --exe ]]; then
+        exe="$2"
+        shift 2
+    else
+        exe="$1"
+    fi
     local log
     log="$(log_file "$name")"
     : >"$log"
     # Lock descriptors (8: state lock, 9: install lock) must not outlive the script in the child.
-    setsid bash -c 'echo "$$ $1" > "$2"; shift 2; exec "$@"' _ "$1" "$(pid_file "$name")" "$@" \
+    setsid bash -c 'echo "$$ $1" > "$2"; shift 2; exec "$@"' _ "$exe" "$(pid_file "$name")" "$@" \
         </dev/null >>"$log" 2>&1 8>&- 9>&- &
     # The pid file is written by the child; wait for it so callers can rely on it.
     local i
@@ -145,7 +155,7 @@ kube_curl() {
     # shellcheck source=/dev/null
     source "$PORTS_FILE"
     curl -sf --max-time 5 --cacert "$PKI_DIR/ca.crt" -H @<(printf 'Authorization: Bearer %s\n' "$(token_of admin)") \
-        "https://127.0.0.1:$APISERVER_PORT$1"
+        "https://$HOST_IP:$APISERVER_PORT$1"
 }
 
 # A signed DynamoDB JSON-protocol call against DynamoDB Local (dummy credentials).
@@ -173,6 +183,12 @@ export AWS_SECRET_ACCESS_KEY='local'
 export DDB_STACK_TABLE='${DDB_STACK_TABLE:-$DDB_STACK_TABLE_DEFAULT}'
 export STACK_ENV_STATE_DIR='$STATE_DIR'
 export STACK_ENV_EKS_TIER='${EKS_TIER:-unknown}'
+# The registry the nodes pull from without credentials (push your own images there, see
+# tests/env/README.md) and the allowlist that lets an API accept it, as an operator lets a
+# private registry through.
+export STACK_ENV_REGISTRY='$HOST_IP:$REGISTRY_PORT'
+export STACK_IMAGE_ALLOWLIST='$HOST_IP:$REGISTRY_PORT/'
+export STACK_ENV_REAL_NODES='${REAL_NODES:-0}'
 EOF
     mv "$tmp" "$ENV_FILE"
 }
@@ -258,13 +274,25 @@ stop_components() {
     ((${#names[@]} == 0)) || log "stopped: ${names[*]}"
 }
 
-# Stops everything we started; etcd last, because the apiserver's shutdown still talks to it.
+# Stops everything we started and undoes what the real nodes changed: the nodes first (their
+# kubelets still talk to the apiserver), etcd last (the apiserver's shutdown still talks to it).
 stop_all() {
     local grace="${1:-15}" i
     local -a first=()
+    for ((i = 1; i <= ${REAL_NODES:-0}; i++)); do
+        stop_node "$i"
+    done
     for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
         [[ "${COMPONENTS[i]}" == etcd ]] || first+=("${COMPONENTS[i]}")
     done
     stop_components "$grace" "${first[@]}"
     stop_components "$grace" etcd
+    remove_runtime_dirs
+    net_down
+    restore_sysctls
+    release_slot
 }
+
+# shellcheck source=nodes.sh
+source "$ENV_DIR/nodes.sh"
+load_net

@@ -25,13 +25,20 @@ sign_cert() {
 }
 
 # Every client identity: name (its kubeconfig, and the token's uid), user, groups. kwok plays
-# every kubelet at once (node status, leases, pod status, deletions).
+# every simulated kubelet at once (node status, leases, pod status, deletions); a real node's
+# kubelet is system:node:<name> in system:nodes, as the Node authorizer and NodeRestriction
+# expect, and kube-proxy the user the default system:node-proxier binding names.
 IDENTITIES=(
     "admin stack-env-admin system:masters"
     "kube-controller-manager system:kube-controller-manager -"
     "kube-scheduler system:kube-scheduler -"
     "kwok kwok system:masters"
+    "kube-proxy system:kube-proxy -"
 )
+for ((node_index = 1; node_index <= 8; node_index++)); do
+    IDENTITIES+=("stack-node-$node_index system:node:stack-node-$node_index system:nodes")
+done
+unset node_index
 
 # The apiserver's --token-auth-file (token,user,uid,"groups"): a fresh random token each.
 write_tokens() {
@@ -45,13 +52,15 @@ write_tokens() {
 }
 
 pki_complete() {
-    local f
-    for f in ca.crt ca.key apiserver.crt tokens.csv sa.key sa.pub; do
+    local f identity
+    for f in ca.crt ca.key tokens.csv sa.key sa.pub; do
         [[ -s "$PKI_DIR/$f" ]] || return 1
     done
+    for identity in "${IDENTITIES[@]}"; do
+        [[ -n "$(token_of "${identity%% *}")" ]] || return 1
+    done
     # Regenerate a week before anything expires.
-    openssl x509 -checkend 604800 -noout -in "$PKI_DIR/ca.crt" >/dev/null &&
-        openssl x509 -checkend 604800 -noout -in "$PKI_DIR/apiserver.crt" >/dev/null
+    openssl x509 -checkend 604800 -noout -in "$PKI_DIR/ca.crt" >/dev/null
 }
 
 ensure_pki() {
@@ -63,12 +72,26 @@ ensure_pki() {
     new_key "$PKI_DIR/ca.key"
     openssl req -x509 -new -key "$PKI_DIR/ca.key" -subj "/CN=stack-env-ca" -days 3650 -out "$PKI_DIR/ca.crt" \
         -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
-    sign_cert apiserver "/CN=kube-apiserver" \
-        "$(printf '%s\n' "extendedKeyUsage=serverAuth" \
-            "subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local")"
     write_tokens
     new_key "$PKI_DIR/sa.key"
     openssl pkey -in "$PKI_DIR/sa.key" -pubout -out "$PKI_DIR/sa.pub" 2>/dev/null
+}
+
+# The certificates that name this start's addresses, issued on every up (milliseconds): the
+# apiserver's serving certificate (loopback and the nodes' bridge address), the client
+# certificate it shows kubelets (logs, exec), and each real node's kubelet serving certificate.
+issue_certs() {
+    local i name
+    sign_cert apiserver "/CN=kube-apiserver" \
+        "$(printf '%s\n' "extendedKeyUsage=serverAuth" \
+            "subjectAltName=IP:127.0.0.1,IP:$HOST_IP,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local")"
+    sign_cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" \
+        "extendedKeyUsage=clientAuth"
+    for ((i = 1; i <= $(real_node_count); i++)); do
+        name="$(node_name "$i")"
+        sign_cert "kubelet-$name" "/CN=$name" \
+            "$(printf '%s\n' "extendedKeyUsage=serverAuth" "subjectAltName=IP:$(node_ip "$i"),DNS:$name")"
+    done
 }
 
 # write_kubeconfig <file> <identity>: a self-contained kubeconfig for the apiserver.
@@ -82,7 +105,7 @@ kind: Config
 clusters:
 - name: stack-env
   cluster:
-    server: https://127.0.0.1:$APISERVER_PORT
+    server: https://$HOST_IP:$APISERVER_PORT
     certificate-authority-data: $(base64 -w0 <"$PKI_DIR/ca.crt")
 users:
 - name: $name

@@ -18,7 +18,7 @@ use tower::ServiceExt;
 
 use crate::black_hole::BlackHole;
 use crate::counting::{CallsByKind, dynamodb_counting_by_operation, kube_counting_by_kind};
-use crate::env::{TestEnv, TestTable, unique_name};
+use crate::env::{SIMULATED_ROLE, TestEnv, TestTable, unique_name};
 
 pub const API_KEY: &str = "local-test-key";
 
@@ -63,7 +63,8 @@ pub struct Reply {
 
 impl ApiHarness {
     /// A harness with the defaults tests want: a fresh namespace with an ingress policy, a
-    /// fresh table, API key `local-test-key`.
+    /// fresh table, API key `local-test-key`, stacks placed on the simulated nodes
+    /// ([`SIMULATED_ROLE`]: kwok runs no container, so any image will do).
     pub async fn start() -> Self {
         Self::with_env(&[]).await
     }
@@ -73,6 +74,35 @@ impl ApiHarness {
         let env = TestEnv::connect().await.expect("local environment (run tests/env/up)");
         let kube = kube_config(&env).await;
         Self::build(env, kube, overrides, None).await
+    }
+
+    /// A harness whose stacks run on the real nodes (`role=stack`, containerd and runc) with
+    /// images of the environment's registry, which the configuration lets through as an
+    /// operator lets a private registry through (`STACK_IMAGE_ALLOWLIST`); `overrides` win.
+    pub async fn on_real_nodes(overrides: &[(&str, &str)]) -> Self {
+        let env = TestEnv::connect().await.expect("local environment (run tests/env/up)");
+        let registry = env
+            .settings
+            .registry
+            .clone()
+            .expect("STACK_ENV_REGISTRY (tests/env/up with real nodes)");
+        assert!(
+            env.settings.real_nodes > 0,
+            "the environment runs no real node (STACK_ENV_REAL_NODES=0)"
+        );
+        let allowlist = format!("{registry}/");
+        let mut vars = vec![
+            ("STACK_NODE_ROLE", crate::env::real_nodes::STACK_ROLE),
+            ("STACK_IMAGE_ALLOWLIST", allowlist.as_str()),
+        ];
+        vars.extend_from_slice(overrides);
+        let kube = kube_config(&env).await;
+        Self::build(env, kube, &vars, None).await
+    }
+
+    /// The registry the real nodes pull from.
+    pub fn registry(&self) -> &str {
+        self.env.settings.registry.as_deref().expect("STACK_ENV_REGISTRY")
     }
 
     /// A harness whose stack operations reach an apiserver that accepts connections and never
@@ -99,6 +129,7 @@ impl ApiHarness {
             ("DDB_STACK_TABLE".into(), table.name().to_owned()),
             ("API_KEY".into(), API_KEY.into()),
             ("STACK_REQUIRE_INGRESS_NETWORK_POLICY".into(), "false".into()),
+            ("STACK_NODE_ROLE".into(), SIMULATED_ROLE.into()),
         ]);
         for (k, v) in overrides {
             vars.insert((*k).into(), (*v).into());

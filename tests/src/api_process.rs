@@ -14,7 +14,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
-use crate::env::EnvSettings;
+use crate::env::{EnvSettings, SIMULATED_ROLE};
 
 /// Platforms give up after 5 s and never retry.
 pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -47,7 +47,8 @@ pub struct ApiProcess {
 
 impl ApiProcess {
     /// Starts the API over `namespace` and `table` of the environment with key `api_key`,
-    /// no ingress NetworkPolicy required, plus `extra` variables (which win).
+    /// no ingress NetworkPolicy required, stacks on the simulated nodes with any image, plus
+    /// `extra` variables (which win).
     pub fn spawn(
         settings: &EnvSettings,
         namespace: &str,
@@ -65,6 +66,8 @@ impl ApiProcess {
             ("DDB_STACK_TABLE", table),
             ("API_KEY", api_key),
             ("STACK_REQUIRE_INGRESS_NETWORK_POLICY", "false"),
+            ("STACK_NODE_ROLE", SIMULATED_ROLE),
+            ("STACK_IMAGE_ALLOWLIST", ""),
             ("K8S_KUBECONFIG", &kubeconfig),
             ("AWS_ENDPOINT_URL_DYNAMODB", &settings.dynamodb_endpoint),
             ("AWS_REGION", &settings.region),

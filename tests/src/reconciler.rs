@@ -24,7 +24,7 @@ use stack_core::stacks::Stacks;
 use stack_core::store::{Manifest, Store, StoreError};
 
 use crate::api::{ApiHarness, kube_config};
-use crate::env::{EnvError, SimulatedNode, TestEnv, nodes, wait_for};
+use crate::env::{EnvError, SIMULATED_ROLE, SimulatedNode, TestEnv, nodes, wait_for};
 
 /// Time budget of a test pass: long enough never to cut a pass short on a busy machine.
 pub const PASS_BUDGET: Duration = Duration::from_secs(120);
@@ -91,6 +91,7 @@ pub fn reconciler_config(namespace: &str, table: &str, overrides: &[(&str, &str)
         ("STACK_NAMESPACE".into(), namespace.to_owned()),
         ("DDB_STACK_TABLE".into(), table.to_owned()),
         ("STACK_REQUIRE_INGRESS_NETWORK_POLICY".into(), "false".into()),
+        ("STACK_NODE_ROLE".into(), SIMULATED_ROLE.into()),
     ]);
     for (k, v) in overrides {
         vars.insert((*k).into(), (*v).into());

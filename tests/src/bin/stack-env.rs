@@ -5,6 +5,7 @@
 //! stack-env create-table <name>   # DynamoDB table from template.yaml's StackTable (no-op if present)
 //! stack-env bootstrap-nodes       # the default simulated nodes, waited until a stack pod schedules
 //! stack-env admission-policy      # functions/kubernetes-rbac.yaml's admission policy, waited until enforced
+//! stack-env init-real-nodes       # the real nodes given addresses (as EKS's cloud controller does), Ready, running a pod
 //! ```
 //! Reads the variables of `tests/env/.state/env.sh` (see `stack_tests::env::EnvSettings`).
 
@@ -12,9 +13,10 @@ use std::process::ExitCode;
 
 use stack_tests::env::{
     EnvError, EnvSettings, TableDefinition, create_table, dynamodb_client, kube_client, nodes, rbac_manifest,
+    real_nodes,
 };
 
-const USAGE: &str = "usage: stack-env create-table <name> | stack-env bootstrap-nodes | stack-env admission-policy";
+const USAGE: &str = "usage: stack-env create-table <name> | stack-env bootstrap-nodes | stack-env admission-policy | stack-env init-real-nodes";
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
@@ -24,6 +26,7 @@ async fn main() -> ExitCode {
         ["create-table", name] => run_create_table(name).await,
         ["bootstrap-nodes"] => run_bootstrap_nodes().await,
         ["admission-policy"] => run_admission_policy().await,
+        ["init-real-nodes"] => run_init_real_nodes().await,
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
@@ -61,8 +64,8 @@ async fn run_bootstrap_nodes() -> Result<(), EnvError> {
             node.name
         );
     }
-    nodes::wait_schedulable(&client, "stack").await?;
-    eprintln!("stack-env: a role=stack pod schedules");
+    nodes::wait_schedulable(&client, nodes::SIMULATED_ROLE).await?;
+    eprintln!("stack-env: a role={} pod schedules", nodes::SIMULATED_ROLE);
     Ok(())
 }
 
@@ -75,5 +78,24 @@ async fn run_admission_policy() -> Result<(), EnvError> {
         rbac_manifest::POLICY_NAME,
         rbac_manifest::rbac_manifest_path().display()
     );
+    Ok(())
+}
+
+async fn run_init_real_nodes() -> Result<(), EnvError> {
+    let settings = EnvSettings::load()?;
+    let registry = settings
+        .registry
+        .clone()
+        .ok_or_else(|| EnvError::NotConfigured("STACK_ENV_REGISTRY is not set".to_owned()))?;
+    let client = kube_client(&settings).await?;
+    for node in real_nodes::init(&client, settings.real_nodes, &registry).await? {
+        let address = stack_core::cluster::node_external_ip(&node).unwrap_or_default();
+        eprintln!(
+            "stack-env: real node {} Ready (role={}, address {address}), a pod of {} ran on it",
+            node.metadata.name.as_deref().unwrap_or_default(),
+            real_nodes::STACK_ROLE,
+            real_nodes::image(&registry, "tcp")
+        );
+    }
     Ok(())
 }

@@ -20,6 +20,10 @@ use super::wait::wait_for;
 pub const KWOK_NODE_ANNOTATION: (&str, &str) = ("kwok.x-k8s.io/node", "fake");
 /// The label the provisioner schedules stacks with (`STACK_NODE_ROLE`, default `stack`).
 pub const ROLE_LABEL: &str = "role";
+/// The role of the simulated nodes `up` creates. `role=stack` belongs to the real nodes
+/// (`real_nodes`); a test or benchmark that wants kwok's speed and size sets
+/// `STACK_NODE_ROLE` to this role, or to one of its own nodes.
+pub const SIMULATED_ROLE: &str = "sim";
 
 const NODE_READY_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -138,14 +142,15 @@ impl SimulatedNode {
     }
 }
 
-/// The nodes `up` creates: two stack nodes with external addresses and one other node.
+/// The simulated nodes `up` creates: two of [`SIMULATED_ROLE`] with external addresses and
+/// one without a role.
 pub fn default_nodes() -> Vec<SimulatedNode> {
     vec![
-        SimulatedNode::new("stack-node-1")
-            .role("stack")
+        SimulatedNode::new("sim-node-1")
+            .role(SIMULATED_ROLE)
             .external_ip("203.0.113.11"),
-        SimulatedNode::new("stack-node-2")
-            .role("stack")
+        SimulatedNode::new("sim-node-2")
+            .role(SIMULATED_ROLE)
             .external_ip("203.0.113.12"),
         SimulatedNode::new("system-node-1").label("node-pool", "system"),
     ]
@@ -315,11 +320,12 @@ mod tests {
     }
 
     #[test]
-    fn default_nodes_are_two_stack_nodes_and_one_other() {
+    fn default_nodes_are_two_simulated_stack_nodes_and_one_other() {
         let roles: Vec<_> = default_nodes()
             .iter()
             .map(|n| n.labels.get(ROLE_LABEL).cloned())
             .collect();
-        assert_eq!(roles, [Some("stack".to_owned()), Some("stack".to_owned()), None]);
+        let sim = Some(SIMULATED_ROLE.to_owned());
+        assert_eq!(roles, [sim.clone(), sim, None]);
     }
 }

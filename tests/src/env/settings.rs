@@ -13,6 +13,8 @@ const ACCESS_KEY_ID: &str = "AWS_ACCESS_KEY_ID";
 const SECRET_ACCESS_KEY: &str = "AWS_SECRET_ACCESS_KEY";
 const TABLE: &str = "DDB_STACK_TABLE";
 const STATE_DIR: &str = "STACK_ENV_STATE_DIR";
+const REGISTRY: &str = "STACK_ENV_REGISTRY";
+const REAL_NODES: &str = "STACK_ENV_REAL_NODES";
 
 /// Connection settings of the local environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +28,10 @@ pub struct EnvSettings {
     pub table: String,
     /// Where `up` keeps pid files and logs (to stop and continue a component in fault tests).
     pub state_dir: Option<PathBuf>,
+    /// `host:port` of the registry the real nodes pull from (`images/README.md`), if any.
+    pub registry: Option<String>,
+    /// How many real nodes (`role=stack`) `up` started.
+    pub real_nodes: usize,
 }
 
 impl EnvSettings {
@@ -64,6 +70,8 @@ impl EnvSettings {
                 .filter(|v| !v.trim().is_empty())
                 .unwrap_or_else(|| "stacks".to_owned()),
             state_dir: lookup(STATE_DIR).filter(|v| !v.trim().is_empty()).map(PathBuf::from),
+            registry: lookup(REGISTRY).filter(|v| !v.trim().is_empty()),
+            real_nodes: lookup(REAL_NODES).and_then(|v| v.trim().parse().ok()).unwrap_or(0),
         })
     }
 }

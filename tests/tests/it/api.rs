@@ -145,7 +145,7 @@ async fn v1_create_applies_the_hardened_pod_and_reads_back() {
         false
     );
     assert_eq!(live["spec"]["automountServiceAccountToken"], false);
-    assert_eq!(live["spec"]["nodeSelector"]["role"], "stack");
+    assert_eq!(live["spec"]["nodeSelector"]["role"], stack_tests::env::SIMULATED_ROLE);
     // Operators see who made it (`kubectl get pod --show-managed-fields`, audit logs).
     let spec_managers: Vec<&Value> = live["metadata"]["managedFields"]
         .as_array()
@@ -801,7 +801,7 @@ async fn fifty_concurrent_creates_then_fifty_concurrent_deletes() {
     let ports: HashSet<u64> = replies.iter().map(|r| r.json["node_port"].as_u64().unwrap()).collect();
     assert_eq!(ports.len(), replies.len(), "node ports must be distinct");
     let stack_nodes: HashSet<String> = kube::Api::<k8s_openapi::api::core::v1::Node>::all(api.env.kube.clone())
-        .list(&kube::api::ListParams::default().labels("role=stack"))
+        .list(&kube::api::ListParams::default().labels(&format!("role={}", stack_tests::env::SIMULATED_ROLE)))
         .await
         .unwrap()
         .items
@@ -810,7 +810,10 @@ async fn fifty_concurrent_creates_then_fifty_concurrent_deletes() {
         .collect();
     for pod in api.managed_pods().await {
         let node = pod.spec.unwrap().node_name.unwrap_or_default();
-        assert!(stack_nodes.contains(&node), "pod on {node:?}, not a role=stack node");
+        assert!(
+            stack_nodes.contains(&node),
+            "pod on {node:?}, not a node of the stacks' role"
+        );
     }
     let api_ref = &api;
     let deletes = replies.iter().map(|r| async move {

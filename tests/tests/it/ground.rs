@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{LimitRange, Node, Pod, ResourceQuota, Service};
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::wait::conditions;
 use serde_json::json;
-use stack_tests::env::nodes::{self, ROLE_LABEL, SimulatedNode};
+use stack_tests::env::nodes::{self, ROLE_LABEL, SIMULATED_ROLE, SimulatedNode};
 use stack_tests::env::{TestEnv, TestNamespace, wait_for};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -170,7 +170,7 @@ async fn stack_pod_runs_on_a_stack_node_with_an_external_ip() {
     let env = connect().await;
     let namespace = env.fresh_namespace("ground-run").await.expect("namespace");
 
-    let running = run_pod(&namespace, &pod("web", (ROLE_LABEL, "stack"), "100m")).await;
+    let running = run_pod(&namespace, &pod("web", (ROLE_LABEL, SIMULATED_ROLE), "100m")).await;
 
     let node_name = running.spec.and_then(|s| s.node_name).expect("pod is bound to a node");
     let node = Api::<Node>::all(env.kube.clone())
@@ -180,7 +180,7 @@ async fn stack_pod_runs_on_a_stack_node_with_an_external_ip() {
     let labels = node.metadata.labels.unwrap_or_default();
     assert_eq!(
         labels.get(ROLE_LABEL).map(String::as_str),
-        Some("stack"),
+        Some(SIMULATED_ROLE),
         "bound to {node_name}"
     );
     let external: Vec<String> = node
@@ -243,9 +243,12 @@ async fn a_pod_no_node_can_hold_is_unschedulable() {
     let namespace = env.fresh_namespace("ground-big").await.expect("namespace");
     let pods: Api<Pod> = namespace.api();
 
-    pods.create(&PostParams::default(), &pod("huge", (ROLE_LABEL, "stack"), "1000"))
-        .await
-        .expect("create pod");
+    pods.create(
+        &PostParams::default(),
+        &pod("huge", (ROLE_LABEL, SIMULATED_ROLE), "1000"),
+    )
+    .await
+    .expect("create pod");
     let pending = wait_for(
         &pods,
         "huge",
@@ -282,14 +285,17 @@ async fn resource_quota_rejects_an_over_quota_pod() {
 
     let refused = namespace
         .api::<Pod>()
-        .create(&PostParams::default(), &pod("greedy", (ROLE_LABEL, "stack"), "2"))
+        .create(
+            &PostParams::default(),
+            &pod("greedy", (ROLE_LABEL, SIMULATED_ROLE), "2"),
+        )
         .await
         .expect_err("a pod over the quota must be refused");
     let (code, message) = api_error_message(refused);
     assert_eq!(code, 403, "{message}");
     assert!(message.contains("exceeded quota"), "{message}");
 
-    run_pod(&namespace, &pod("modest", (ROLE_LABEL, "stack"), "500m")).await;
+    run_pod(&namespace, &pod("modest", (ROLE_LABEL, SIMULATED_ROLE), "500m")).await;
     namespace.delete().await.expect("delete namespace");
 }
 
@@ -308,7 +314,7 @@ async fn limit_range_defaults_apply_to_pods_without_resources() {
         .await
         .expect("create limit range");
 
-    let mut bare = pod("bare", (ROLE_LABEL, "stack"), "1");
+    let mut bare = pod("bare", (ROLE_LABEL, SIMULATED_ROLE), "1");
     if let Some(container) = bare.spec.as_mut().and_then(|s| s.containers.first_mut()) {
         container.resources = None;
     }
@@ -344,7 +350,7 @@ async fn pod_security_restricted_namespace_rejects_a_privileged_pod() {
         .await
         .expect("namespace");
 
-    let mut privileged = pod("root", (ROLE_LABEL, "stack"), "100m");
+    let mut privileged = pod("root", (ROLE_LABEL, SIMULATED_ROLE), "100m");
     if let Some(container) = privileged.spec.as_mut().and_then(|s| s.containers.first_mut()) {
         container.security_context =
             Some(serde_json::from_value(json!({ "privileged": true })).expect("valid security context"));
@@ -364,7 +370,7 @@ async fn pod_security_restricted_namespace_rejects_a_privileged_pod() {
 async fn deleting_a_pod_garbage_collects_the_service_it_owns() {
     let env = connect().await;
     let namespace = env.fresh_namespace("ground-gc").await.expect("namespace");
-    let owner = run_pod(&namespace, &pod("owner", (ROLE_LABEL, "stack"), "100m")).await;
+    let owner = run_pod(&namespace, &pod("owner", (ROLE_LABEL, SIMULATED_ROLE), "100m")).await;
     let owner_uid = owner.metadata.uid.clone().expect("pod uid");
 
     let mut service = node_port_service("owner", None);

@@ -1,0 +1,386 @@
+# Real worker nodes of the local environment: each one a network namespace with its own
+# address, running containerd (runc), the kubelet and kube-proxy built from the control plane's
+# module, so stacks really run and participants really connect. Sourced by up and down.
+#
+# Addresses: every environment takes a slot N (0-7) on the machine, so two environments (two
+# terminals, helper sessions) never share a bridge, a namespace or an address:
+#   10.(80+N).0.1          the host end of the nodes' bridge (apiserver, registry listen here)
+#   10.(80+N).0.(10+i)     node i: its InternalIP and ExternalIP, what participants connect to
+#   10.(80+N).i.0/24       the pod subnet of node i
+# None of them can collide with the machine's own 192.0.2.0/24 or the kwok nodes' documentation
+# addresses (192.0.2.x, 203.0.113.x), and nothing leaves the machine.
+#
+# Everything a node changes lives in its namespace (iptables of kube-proxy, portmap and the
+# kubelet; the pods' bridge; conntrack), under NODE_ROOT and in cgroups under /stack-env-N-*;
+# `down` removes all of it. The kubelet also sets three global sysctls (vm.overcommit_memory,
+# kernel.panic, kernel.panic_on_oops): saved at up, restored at down.
+# shellcheck shell=bash
+
+SLOT_DIR=/run/stack-env
+NET_FILE="$STATE_DIR/net.sh"
+MAX_SLOTS=8
+
+# Where a node's runtime state lives: short paths (unix sockets are limited to 108 bytes,
+# whatever directory the repository was cloned into).
+node_root_base() { echo "/var/lib/stack-env/slot-$SLOT"; }
+node_root() { echo "$(node_root_base)/$1"; }
+node_netns() { echo "stk$SLOT-$1"; }
+node_name() { echo "stack-node-$1"; }
+node_ip() { echo "$NET_PREFIX.0.$((10 + $1))"; }
+node_pod_cidr() { echo "$NET_PREFIX.$1.0/24"; }
+bridge_name() { echo "stk${SLOT}br"; }
+
+# The real nodes this environment runs (STACK_ENV_REAL_NODES at up, 2 by default; 0 runs the
+# control plane and kwok only).
+real_node_count() { echo "${REAL_NODES:-0}"; }
+
+node_components() {
+    local i name
+    for ((i = 1; i <= $(real_node_count); i++)); do
+        name="$(node_name "$i")"
+        echo "$name-containerd" "$name-kubelet" "$name-kube-proxy" "$name-metadata"
+    done
+}
+
+load_net() {
+    # shellcheck source=/dev/null
+    [[ -f "$NET_FILE" ]] && source "$NET_FILE"
+    return 0
+}
+
+# Takes a free slot (or the one this state directory already holds) and writes net.sh.
+claim_slot() {
+    local n owner
+    mkdir -p "$SLOT_DIR"
+    for ((n = 0; n < MAX_SLOTS; n++)); do
+        if mkdir "$SLOT_DIR/slot-$n" 2>/dev/null; then
+            echo "$STATE_DIR" >"$SLOT_DIR/slot-$n/owner"
+            break
+        fi
+        owner="$(cat "$SLOT_DIR/slot-$n/owner" 2>/dev/null || true)"
+        # Ours, or left by an environment whose state is gone.
+        if [[ "$owner" == "$STATE_DIR" || ! -f "$owner/net.sh" ]]; then
+            echo "$STATE_DIR" >"$SLOT_DIR/slot-$n/owner"
+            break
+        fi
+    done
+    ((n < MAX_SLOTS)) || die "all $MAX_SLOTS environment slots of this machine are taken ($SLOT_DIR)"
+    cat >"$NET_FILE" <<EOF
+SLOT=$n
+NET_PREFIX=10.$((80 + n))
+HOST_IP=10.$((80 + n)).0.1
+REAL_NODES=${STACK_ENV_REAL_NODES:-2}
+EOF
+    load_net
+}
+
+release_slot() {
+    [[ -n "${SLOT:-}" ]] || return 0
+    if [[ "$(cat "$SLOT_DIR/slot-$SLOT/owner" 2>/dev/null)" == "$STATE_DIR" ]]; then
+        rm -rf "${SLOT_DIR:?}/slot-$SLOT"
+    fi
+    rmdir "$SLOT_DIR" 2>/dev/null || true
+    rm -f "$NET_FILE"
+}
+
+# The bridge on the host and one namespace + veth per node, with routes to every pod subnet.
+net_up() {
+    local br i j ns veth
+    br="$(bridge_name)"
+    ip link add "$br" type bridge
+    ip addr add "$HOST_IP/24" dev "$br"
+    ip link set "$br" up
+    for ((i = 1; i <= $(real_node_count); i++)); do
+        ns="$(node_netns "$(node_name "$i")")"
+        veth="stk${SLOT}v$i"
+        ip netns add "$ns"
+        ip -n "$ns" link set lo up
+        ip link add "$veth" type veth peer name eth0 netns "$ns"
+        ip link set "$veth" master "$br" up
+        ip -n "$ns" addr add "$(node_ip "$i")/24" dev eth0
+        ip -n "$ns" link set eth0 up
+        ip -n "$ns" route add default via "$HOST_IP"
+        # The cloud's metadata address, answered on the node (see start_metadata).
+        ip -n "$ns" addr add 169.254.169.254/32 dev lo
+        ip route add "$(node_pod_cidr "$i")" via "$(node_ip "$i")"
+        for ((j = 1; j <= $(real_node_count); j++)); do
+            ((j == i)) || ip -n "$ns" route add "$(node_pod_cidr "$j")" via "$(node_ip "$j")"
+        done
+    done
+}
+
+net_down() {
+    local i
+    [[ -n "${SLOT:-}" ]] || return 0
+    for ((i = 1; i <= ${REAL_NODES:-0}; i++)); do
+        ip route del "$(node_pod_cidr "$i")" 2>/dev/null || true
+        ip netns del "$(node_netns "$(node_name "$i")")" 2>/dev/null || true
+    done
+    ip link del "$(bridge_name)" 2>/dev/null || true
+}
+
+# The kubelet changes these host-wide; down puts them back.
+SAVED_SYSCTLS=(vm.overcommit_memory kernel.panic kernel.panic_on_oops)
+
+save_sysctls() {
+    local key
+    [[ -f "$STATE_DIR/sysctls" ]] && return 0
+    for key in "${SAVED_SYSCTLS[@]}"; do
+        echo "$key=$(sysctl -n "$key")"
+    done >"$STATE_DIR/sysctls"
+}
+
+restore_sysctls() {
+    local line
+    [[ -f "$STATE_DIR/sysctls" ]] || return 0
+    while read -r line; do
+        sysctl -q -w "$line" >/dev/null || true
+    done <"$STATE_DIR/sysctls"
+    rm -f "$STATE_DIR/sysctls"
+}
+
+# The cgroup every pod of a node lives under, in each v1 hierarchy.
+node_cgroup() { echo "/stack-env-$SLOT-$1"; }
+
+# Every v1 hierarchy, and the hybrid host's unified one (runc puts containers there too).
+cgroup_hierarchies() {
+    awk '$3 == "cgroup" || $3 == "cgroup2" { print $2 }' /proc/mounts
+}
+
+make_node_cgroups() {
+    local h
+    for h in $(cgroup_hierarchies); do
+        mkdir -p "$h$(node_cgroup "$1")"
+    done
+}
+
+# Kills every process left in a node's cgroups, then removes them, deepest first.
+remove_node_cgroups() {
+    local cg h dir pids
+    cg="$(node_cgroup "$1")"
+    for h in $(cgroup_hierarchies); do
+        [[ -d "$h$cg" ]] || continue
+        pids="$(find "$h$cg" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u)"
+        # shellcheck disable=SC2086
+        [[ -z "$pids" ]] || kill -KILL $pids 2>/dev/null || true
+    done
+    for h in $(cgroup_hierarchies); do
+        [[ -d "$h$cg" ]] || continue
+        find "$h$cg" -depth -type d | while read -r dir; do
+            for _ in 1 2 3 4 5 6 7 8 9 10; do
+                rmdir "$dir" 2>/dev/null && break
+                sleep 0.1
+            done
+        done
+    done
+}
+
+# Unmounts everything below a directory, deepest first (kubelet volumes, overlay rootfs, pod
+# network namespaces, the kubelet's own bind mount of its root).
+unmount_below() {
+    local dir="$1" target
+    awk -v dir="$dir" '$5 == dir || index($5, dir "/") == 1 { print $5 }' /proc/self/mountinfo |
+        awk '{ print length, $0 }' | sort -rn | cut -d' ' -f2- |
+        while read -r target; do
+            umount -l "$target" 2>/dev/null || true
+        done
+}
+
+# Host paths containerd and CNI use whatever they are told (shim sockets, the CNI result
+# cache): removed when empty, left alone when anything else uses them.
+remove_runtime_dirs() {
+    rmdir /run/containerd/s /run/containerd /var/lib/cni/results /var/lib/cni /var/lib/stack-env 2>/dev/null || true
+}
+
+# Starts a component inside a node's network namespace (only the network: the mount namespace
+# is the host's, so the kubelet's volume mounts are what containerd mounts into containers).
+start_in_netns() {
+    local name="$1" ns="$2"
+    shift 2
+    start_component "$name" --exe "$1" nsenter --net="/run/netns/$ns" -- "$@"
+}
+
+# write_node_config <i>: containerd's config, the CNI network, the kubelet's and kube-proxy's
+# configurations and kubeconfigs of node i, under its root.
+write_node_config() {
+    local i="$1" name root ip
+    name="$(node_name "$i")"
+    root="$(node_root "$name")"
+    ip="$(node_ip "$i")"
+    mkdir -p "$root"/{containerd,containerd-state,kubelet,pod-logs,cni-conf,cni-ipam,certs.d/"$REGISTRY"}
+    # The local registry speaks plain HTTP: the way containerd is told so for one registry.
+    cat >"$root/certs.d/$REGISTRY/hosts.toml" <<TOML
+server = "http://$REGISTRY"
+[host."http://$REGISTRY"]
+  capabilities = ["pull", "resolve"]
+TOML
+    # EKS's nodeadm config (version 3) with what this machine needs: cgroupfs (no systemd),
+    # restrict_oom_score_adj (no CAP_SYS_RESOURCE here), its own paths everywhere (pod network
+    # namespaces and runc's state included, so that down finds them), no NRI or CDI (they
+    # would create host directories). enable_unprivileged_ports stays at the v2 default, true:
+    # EKS's config does not set it either.
+    cat >"$root/containerd.toml" <<TOML
+version = 3
+root = "$root/containerd"
+state = "$root/containerd-state"
+disabled_plugins = ["io.containerd.nri.v1.nri"]
+
+[grpc]
+  address = "$root/containerd.sock"
+
+[ttrpc]
+  address = "$root/containerd.sock.ttrpc"
+
+[plugins.'io.containerd.internal.v1.opt']
+  path = "$root/opt"
+
+[plugins.'io.containerd.cri.v1.images']
+  discard_unpacked_layers = true
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "$REGISTRY/stack-env/pause:3.10"
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = "$root/certs.d"
+
+[plugins.'io.containerd.cri.v1.runtime']
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  cdi_spec_dirs = []
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = "$BIN_DIR/runc"
+        Root = "$root/runc"
+        SystemdCgroup = false
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["$BIN_DIR/cni"]
+    conf_dir = "$root/cni-conf"
+    max_conf_num = 1
+
+[plugins.'io.containerd.grpc.v1.cri']
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+TOML
+    # bridge + host-local + portmap, as the probe of real-nodes.md ran it; no masquerading:
+    # pod addresses are routed (host and nodes know every pod subnet), as in a VPC.
+    cat >"$root/cni-conf/10-stack-env.conflist" <<JSON
+{
+  "cniVersion": "1.0.0",
+  "name": "stack-env",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "cni0",
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "ranges": [[{ "subnet": "$(node_pod_cidr "$i")" }]],
+        "routes": [{ "dst": "0.0.0.0/0" }],
+        "dataDir": "$root/cni-ipam"
+      }
+    },
+    { "type": "portmap", "capabilities": { "portMappings": true } }
+  ]
+}
+JSON
+    write_kubeconfig "$root/kubelet.kubeconfig" "$name"
+    write_kubeconfig "$root/kube-proxy.kubeconfig" kube-proxy
+    # Only the apiserver (its client certificate from the local CA) may call the kubelet: the
+    # node's port is reachable from pods. The cloud provider is "external": the environment
+    # plays EKS's cloud controller and gives the node its ExternalIP (stack-env init-nodes).
+    cat >"$root/kubelet.yaml" <<YAML
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: $ip
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+tlsCertFile: $PKI_DIR/kubelet-$name.crt
+tlsPrivateKeyFile: $PKI_DIR/kubelet-$name.key
+authentication:
+  anonymous: { enabled: false }
+  webhook: { enabled: false }
+  x509: { clientCAFile: $PKI_DIR/ca.crt }
+authorization: { mode: AlwaysAllow }
+containerRuntimeEndpoint: unix://$root/containerd.sock
+cgroupDriver: cgroupfs
+cgroupRoot: $(node_cgroup "$name")
+failSwapOn: false
+failCgroupV1: false
+podLogsDir: $root/pod-logs
+resolvConf: /etc/resolv.conf
+maxPods: 250
+evictionHard: { memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1% }
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+YAML
+    # kube-proxy as EKS's add-on runs it (iptables mode); conntrack limits are left alone
+    # (they are the host's), its ports live in the node's namespace.
+    cat >"$root/kube-proxy.yaml" <<YAML
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: { kubeconfig: $root/kube-proxy.kubeconfig }
+hostnameOverride: $name
+mode: iptables
+clusterCIDR: $NET_PREFIX.0.0/16
+nodePortAddresses: [primary]
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+conntrack: { maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s }
+iptables: { minSyncPeriod: 0s, syncPeriod: 30s }
+YAML
+}
+
+# A stand-in for the EC2 instance metadata service on the node's 169.254.169.254 (IMDSv1, the
+# worst case): what a pod must never reach, with a fake credential of the node's role.
+write_metadata() {
+    local dir="$1/latest/meta-data/iam/security-credentials"
+    mkdir -p "$dir"
+    echo "stack-node-role" >"$dir/index.html"
+    mkdir -p "$dir/stack-node-role"
+    printf '{"Code":"Success","AccessKeyId":"ASIASTACKENVFAKEKEY","SecretAccessKey":"stack-env-fake-secret","Token":"stack-env-fake-token"}\n' \
+        >"$dir/stack-node-role/index.html"
+}
+
+# start_node <i>: containerd, the kubelet, kube-proxy and the metadata stand-in of node i.
+start_node() {
+    local i="$1" name ns root
+    name="$(node_name "$i")"
+    ns="$(node_netns "$name")"
+    root="$(node_root "$name")"
+    make_node_cgroups "$name"
+    write_node_config "$i"
+    start_in_netns "$name-containerd" "$ns" "$BIN_DIR/containerd" --config "$root/containerd.toml" --log-level warn
+    start_in_netns "$name-kube-proxy" "$ns" "$BIN_DIR/kube-proxy" --config "$root/kube-proxy.yaml" --v=1
+    write_metadata "$root/metadata"
+    start_in_netns "$name-metadata" "$ns" "$(command -v busybox)" httpd -f -p 169.254.169.254:80 -h "$root/metadata"
+    wait_until "$name-containerd" 30 "containerd socket" test -S "$root/containerd.sock"
+    start_in_netns "$name-kubelet" "$ns" "$BIN_DIR/kubelet" \
+        --config="$root/kubelet.yaml" --kubeconfig="$root/kubelet.kubeconfig" \
+        --root-dir="$root/kubelet" --cert-dir="$root/kubelet/pki" \
+        --hostname-override="$name" --node-ip="$(node_ip "$i")" --cloud-provider=external \
+        --node-labels="role=stack,stack-env/node=real" --v=1
+}
+
+# stop_node <i>: the kubelet and kube-proxy, every container (by cgroup), containerd and its
+# shims, then every mount, cgroup and file the node left.
+stop_node() {
+    local i="$1" name root pid
+    name="$(node_name "$i")"
+    root="$(node_root "$name")"
+    stop_components 10 "$name-kubelet" "$name-kube-proxy" "$name-metadata"
+    remove_node_cgroups "$name"
+    stop_components 10 "$name-containerd"
+    # Shims outlive containerd (they are their own session); each names our socket.
+    for pid in $(pgrep -f "containerd-shim-runc-v2 .*-address $root/containerd.sock" || true); do
+        kill -KILL "$pid" 2>/dev/null || true
+    done
+    remove_node_cgroups "$name"
+    unmount_below "$root"
+    rm -rf "$root"
+    rmdir "$(node_root_base)" 2>/dev/null || true
+}

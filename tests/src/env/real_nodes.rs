@@ -1,0 +1,162 @@
+//! Real nodes (`tests/env/nodes.sh`): kubelets on containerd and runc, each in a network
+//! namespace of its own, labelled `role=stack`. Stacks created in the environment run there.
+//!
+//! The kubelets run with `--cloud-provider=external`, as EKS's do, so a node waits for a
+//! cloud controller to give it addresses and lift its `uninitialized` taint; [`init`] plays
+//! that controller: the node's one address becomes its InternalIP and its ExternalIP (the
+//! address the API hands participants).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, ContainerPort, Node, Pod, PodSpec, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+use super::EnvError;
+use super::nodes::{ROLE_LABEL, wait_node_ready};
+use super::wait::wait_for;
+
+/// The role of the real nodes, the provisioner's default `STACK_NODE_ROLE`.
+pub const STACK_ROLE: &str = "stack";
+/// Every real node carries this label (kwok's nodes do not).
+pub const REAL_NODE_LABEL: (&str, &str) = ("stack-env/node", "real");
+
+const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+/// Where a kubelet with an external cloud provider puts its `--node-ip`.
+const PROVIDED_IP_ANNOTATION: &str = "alpha.kubernetes.io/provided-node-ip";
+const REGISTER_TIMEOUT: Duration = Duration::from_secs(90);
+const PROBE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The name of real node `index` (1-based), as `nodes.sh` starts it.
+pub fn node_name(index: usize) -> String {
+    format!("stack-node-{index}")
+}
+
+/// The challenge image `name` (`tcp`, `http`, `lowport`, `crash`: `tests/env/images/README.md`)
+/// in the environment's registry.
+pub fn image(registry: &str, name: &str) -> String {
+    format!("{registry}/stack-env/{name}:1")
+}
+
+/// Initializes the real nodes 1..=`count` as a cloud controller would, waits until each is
+/// Ready, and runs a pod on each (the sandbox and the TCP challenge image pulled, the pod
+/// network up), so that `up` returns with nodes that really run stacks.
+pub async fn init(client: &Client, count: usize, registry: &str) -> Result<Vec<Node>, EnvError> {
+    let names: Vec<String> = (1..=count).map(node_name).collect();
+    let nodes = futures::future::try_join_all(names.iter().map(|name| initialize(client, name))).await?;
+    futures::future::try_join_all(names.iter().map(|name| run_probe(client, name, registry))).await?;
+    Ok(nodes)
+}
+
+async fn initialize(client: &Client, name: &str) -> Result<Node, EnvError> {
+    let nodes = Api::<Node>::all(client.clone());
+    let registered = |node: Option<&Node>| node.is_some_and(|n| n.annotations().contains_key(PROVIDED_IP_ANNOTATION));
+    let node = wait_for(
+        &nodes,
+        name,
+        &format!("kubelet of {name} to register"),
+        REGISTER_TIMEOUT,
+        registered,
+    )
+    .await?
+    .ok_or_else(|| EnvError::NotConfigured(format!("node {name} vanished while registering")))?;
+    let ip = node.annotations()[PROVIDED_IP_ANNOTATION].clone();
+    let addresses = json!({ "status": { "addresses": [
+        { "type": "InternalIP", "address": ip },
+        { "type": "ExternalIP", "address": ip },
+        { "type": "Hostname", "address": name },
+    ]}});
+    nodes
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&addresses))
+        .await
+        .map_err(EnvError::kube(format!("set addresses of node {name}")))?;
+    let taints: Vec<_> = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t.key != UNINITIALIZED_TAINT)
+        .collect();
+    nodes
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "taints": taints } })),
+        )
+        .await
+        .map_err(EnvError::kube(format!("lift the uninitialized taint of node {name}")))?;
+    wait_node_ready(client, name).await
+}
+
+/// A pod of the TCP challenge on `node`, waited until Ready, then deleted.
+async fn run_probe(client: &Client, node: &str, registry: &str) -> Result<(), EnvError> {
+    let pods = Api::<Pod>::namespaced(client.clone(), "default");
+    let name = format!("probe-{node}");
+    let limits = BTreeMap::from([
+        ("cpu".to_owned(), Quantity("50m".to_owned())),
+        ("memory".to_owned(), Quantity("32Mi".to_owned())),
+    ]);
+    let probe = Pod {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "tcp".into(),
+                image: Some(image(registry, "tcp")),
+                ports: Some(vec![ContainerPort {
+                    container_port: 8080,
+                    ..ContainerPort::default()
+                }]),
+                resources: Some(ResourceRequirements {
+                    limits: Some(limits),
+                    ..ResourceRequirements::default()
+                }),
+                ..Container::default()
+            }],
+            node_selector: Some(BTreeMap::from([
+                ("kubernetes.io/hostname".to_owned(), node.to_owned()),
+                (ROLE_LABEL.to_owned(), STACK_ROLE.to_owned()),
+            ])),
+            automount_service_account_token: Some(false),
+            termination_grace_period_seconds: Some(0),
+            ..PodSpec::default()
+        }),
+        ..Pod::default()
+    };
+    match pods.create(&PostParams::default(), &probe).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(error) => return Err(EnvError::kube(format!("create pod {name}"))(error)),
+    }
+    let ready = wait_for(
+        &pods,
+        &name,
+        &format!("a pod to run on {node}"),
+        PROBE_TIMEOUT,
+        is_pod_ready,
+    )
+    .await;
+    pods.delete(
+        &name,
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        },
+    )
+    .await
+    .map_err(EnvError::kube(format!("delete pod {name}")))?;
+    ready.map(|_| ())
+}
+
+/// Whether the pod's Ready condition is True.
+pub fn is_pod_ready(pod: Option<&Pod>) -> bool {
+    pod.and_then(|p| p.status.as_ref())
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|conditions| conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
