@@ -11,8 +11,10 @@ mod objects;
 mod observe;
 mod pod_metadata;
 mod pod_watch;
+mod stack_nodes;
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
@@ -27,12 +29,14 @@ pub use observe::{
     Scheduling, has_role, is_port_conflict, is_ready, is_schedulable_stack_node, node_external_ip, observed_status,
     scheduling_of,
 };
+pub use stack_nodes::{STACK_NODES_TTL, StackNode};
 
 use crate::model::{
     Exposure, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PortMapping, STACK_ID_LABEL, StackId, StackStatus, TargetPort,
 };
 use node_addresses::NodeAddresses;
 use nodeports::{PortPicker, PortUse};
+use stack_nodes::StackNodeView;
 
 /// How many times a service create is retried when the apiserver says a port is taken.
 const NODEPORT_ATTEMPTS: usize = 8;
@@ -68,6 +72,7 @@ pub struct Cluster {
     /// creates each listing every pod at once stalled creates past their deadline).
     port_refresh: tokio::sync::Mutex<()>,
     node_addresses: NodeAddresses,
+    stack_nodes: StackNodeView,
 }
 
 impl Cluster {
@@ -80,6 +85,7 @@ impl Cluster {
             ports: PortPicker::new(port_policy.range.0, port_policy.range.1),
             port_refresh: tokio::sync::Mutex::new(()),
             node_addresses: NodeAddresses::default(),
+            stack_nodes: StackNodeView::default(),
             port_policy,
             namespace: namespace.to_owned(),
             client,
@@ -341,8 +347,38 @@ impl Cluster {
         list_of_stacks(&self.services, ids).await
     }
 
+    /// Every node; the stack nodes among them also refresh [`Self::stack_nodes`].
     pub async fn list_nodes(&self) -> Result<Vec<Node>, ClusterError> {
-        list_all(&self.nodes, &ListParams::default(), |node| node).await
+        let read_at = Instant::now();
+        let nodes = list_all(&self.nodes, &ListParams::default(), |node| node).await?;
+        self.stack_nodes.replace(&nodes, &self.port_policy.node_role, read_at);
+        Ok(nodes)
+    }
+
+    /// The nodes labelled `role=<STACK_NODE_ROLE>`, whatever their state, as read at most
+    /// `max_age` ago; else read now (one label-selected list), one read at a time for all
+    /// creates of the process.
+    pub async fn stack_nodes(&self, max_age: Duration) -> Result<Arc<[StackNode]>, ClusterError> {
+        if let Some(nodes) = self.stack_nodes.get(max_age, Instant::now()) {
+            return Ok(nodes);
+        }
+        let _one_at_a_time = self.stack_nodes.refresh.lock().await;
+        // Another create may have read them while this one waited.
+        if let Some(nodes) = self.stack_nodes.get(max_age, Instant::now()) {
+            return Ok(nodes);
+        }
+        let role = &self.port_policy.node_role;
+        let read_at = Instant::now();
+        let nodes = list_all(
+            &self.nodes,
+            &ListParams::default().labels(&format!("role={role}")),
+            |n| n,
+        )
+        .await?;
+        for node in &nodes {
+            self.node_addresses.remember(node, read_at);
+        }
+        Ok(self.stack_nodes.replace(&nodes, role, read_at))
     }
 
     /// Like [`Self::list_stack_pods`], keeping only `project(pod)` of each: at most one page

@@ -4,7 +4,8 @@
 //! killed) leaves only things the next reconcile pass finds and removes:
 //!
 //! 1. validate (pure), take a create slot (or answer 503 at once: see [`super::admission`])
-//!    and claim the `Idempotency-Key` (if any) for a fresh stack id;
+//!    and claim the `Idempotency-Key` (if any) for a fresh stack id; check that some stack
+//!    node could ever run the pod ([`super::fit`], over a cached node list), or answer 400;
 //! 2. create the pod, labelled `managed-by` + `stack-id`;
 //! 3. expose it: in nodeport mode, create the NodePort service, labelled the same and owned
 //!    by the pod (the garbage collector deletes it with the pod); in hostport mode the pod
@@ -29,13 +30,13 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 
-use super::{StackError, Stacks, signed};
-use crate::cluster::{Scheduling, is_port_conflict, observed_status, scheduling_of, with_host_ports};
+use super::{StackError, Stacks, fit, signed};
+use crate::cluster::{STACK_NODES_TTL, Scheduling, is_port_conflict, observed_status, scheduling_of, with_host_ports};
 use crate::config::OnUnschedulable;
 use crate::deadlines::{ABANDONED_CLAIM_AGE, CREATE_CLEANUP_BUDGET, CREATE_WORK_BUDGET};
 use crate::model::{Exposure, PortMapping, StackId, StackRecord, StackStatus, TargetPort};
@@ -44,6 +45,9 @@ use crate::validate::{self, HardenedPod};
 
 /// Choices of host ports one create tries before answering 503.
 const HOST_PORT_ATTEMPTS: usize = 3;
+/// How fresh the stack nodes must be to refuse a pod that none of them could run: a node that
+/// joined since an older read counts. Bounds the node reads refusals can cause.
+const FRESH_FOR_REFUSAL: Duration = Duration::from_secs(5);
 
 pub struct CreateRequest {
     pub manifest: String,
@@ -226,7 +230,8 @@ impl Stacks {
         started: Instant,
         progress: &Progress,
     ) -> Result<StackRecord, StackError> {
-        self.cluster.prepare_namespace().await?;
+        let namespace = async { self.cluster.prepare_namespace().await.map_err(StackError::from) };
+        tokio::try_join!(namespace, self.check_fit(&hardened))?;
         progress.reach(Reached::Cluster);
         let (ports, placement, hardened, manifest) = match self.config.exposure {
             Exposure::NodePort => {
@@ -253,6 +258,29 @@ impl Stacks {
         progress.reach(Reached::Record);
         self.put_record(&record, &manifest).await?;
         Ok(record)
+    }
+
+    /// Refuses (400) a pod no stack node could ever run, before anything is created; see
+    /// [`fit`]. The node list is cached ([`STACK_NODES_TTL`]), and read again before a refusal
+    /// when older than [`FRESH_FOR_REFUSAL`], so a node that just joined counts: at most one
+    /// node read per create. A node read that fails leaves the decision to the scheduler, as
+    /// before this check (the create's own calls meet the same apiserver).
+    async fn check_fit(&self, hardened: &HardenedPod) -> Result<(), StackError> {
+        let mut refusal = None;
+        for max_age in [STACK_NODES_TTL, FRESH_FOR_REFUSAL] {
+            let nodes = match self.cluster.stack_nodes(max_age).await {
+                Ok(nodes) => nodes,
+                Err(err) => {
+                    tracing::warn!(error = %err, "could not read the stack nodes; placement left to the scheduler");
+                    return Ok(());
+                }
+            };
+            match fit::check(hardened, &nodes, self.config.on_unschedulable, &self.policy.node_role) {
+                Ok(()) => return Ok(()),
+                Err(rejection) => refusal = Some(rejection),
+            }
+        }
+        refusal.map_or(Ok(()), |rejection| Err(rejection.into()))
     }
 
     /// What is left of `STACK_CREATE_WAIT`.

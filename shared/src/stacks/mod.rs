@@ -5,6 +5,7 @@ mod admission;
 mod batch;
 mod capacity;
 mod create;
+mod fit;
 mod read;
 
 use std::sync::Arc;

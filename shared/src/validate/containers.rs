@@ -3,6 +3,7 @@
 //! Resources are checked by the `resources` module.
 
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, PodSpec, Probe, SecurityContext, VolumeMount};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::rejection::ContainerPath;
 use super::{MAX_TERMINATION_GRACE_SECS, Rejection, ValidationPolicy, images};
@@ -108,19 +109,20 @@ fn check_container(container: &Container, at: ContainerPath, policy: &Validation
     for (index, mount) in volume_mounts.iter().flatten().enumerate() {
         check_mount(mount, &at.field(&format!("volumeMounts[{index}]")))?;
     }
+    let port_names: Vec<&str> = ports.iter().flatten().filter_map(|p| p.name.as_deref()).collect();
     for (field, probe) in [
         ("livenessProbe", liveness_probe),
         ("readinessProbe", readiness_probe),
         ("startupProbe", startup_probe),
     ] {
         if let Some(probe) = probe {
-            check_probe(probe, &at.field(field))?;
+            check_probe(probe, &port_names, &at.field(field))?;
         }
     }
     if let Some(lifecycle) = lifecycle {
         for (field, handler) in [("postStart", &lifecycle.post_start), ("preStop", &lifecycle.pre_stop)] {
             if let Some(handler) = handler {
-                check_handler(handler, &at.field(&format!("lifecycle.{field}")))?;
+                check_handler(handler, &port_names, &at.field(&format!("lifecycle.{field}")))?;
             }
         }
     }
@@ -170,12 +172,17 @@ fn check_mount(mount: &VolumeMount, at: &str) -> Result<(), Rejection> {
 }
 
 /// Every duration and count of a probe is bounded; its own grace period like the pod's.
-fn check_probe(probe: &Probe, at: &str) -> Result<(), Rejection> {
+fn check_probe(probe: &Probe, port_names: &[&str], at: &str) -> Result<(), Rejection> {
     let target_host = [
         ("httpGet", probe.http_get.as_ref().and_then(|a| a.host.as_ref())),
         ("tcpSocket", probe.tcp_socket.as_ref().and_then(|a| a.host.as_ref())),
     ];
     reject_host(&target_host, at)?;
+    let target_port = [
+        ("httpGet", probe.http_get.as_ref().map(|a| &a.port)),
+        ("tcpSocket", probe.tcp_socket.as_ref().map(|a| &a.port)),
+    ];
+    check_named_ports(&target_port, port_names, at)?;
     let bounded = [
         (
             "initialDelaySeconds",
@@ -226,12 +233,25 @@ fn check_probe(probe: &Probe, at: &str) -> Result<(), Rejection> {
 }
 
 /// A `sleep` hook longer than the grace period would only be cut short by the kubelet.
-fn check_handler(handler: &LifecycleHandler, at: &str) -> Result<(), Rejection> {
+/// `tcpSocket` is accepted by the apiserver for compatibility only: the kubelet fails such a
+/// hook every time (and kills the container when it is a postStart hook).
+fn check_handler(handler: &LifecycleHandler, port_names: &[&str], at: &str) -> Result<(), Rejection> {
     let target_host = [
         ("httpGet", handler.http_get.as_ref().and_then(|a| a.host.as_ref())),
         ("tcpSocket", handler.tcp_socket.as_ref().and_then(|a| a.host.as_ref())),
     ];
     reject_host(&target_host, at)?;
+    if handler.tcp_socket.is_some() {
+        return Err(Rejection::forbidden_because(
+            format!("{at}.tcpSocket"),
+            "the kubelet does not run tcpSocket hooks, it fails them",
+        ));
+    }
+    check_named_ports(
+        &[("httpGet", handler.http_get.as_ref().map(|a| &a.port))],
+        port_names,
+        at,
+    )?;
     if let Some(sleep) = &handler.sleep
         && !(0..=MAX_TERMINATION_GRACE_SECS).contains(&sleep.seconds)
     {
@@ -239,6 +259,31 @@ fn check_handler(handler: &LifecycleHandler, at: &str) -> Result<(), Rejection> 
             format!("{at}.sleep.seconds"),
             format!("must be between 0 and {MAX_TERMINATION_GRACE_SECS}"),
         ));
+    }
+    Ok(())
+}
+
+/// The kubelet looks a named port up among the container's own `ports` only (and a probe's as
+/// a number after that): a name it cannot find errors the probe or hook every time. A
+/// readiness or startup probe then never passes, so the pod is never Ready; a postStart hook
+/// kills the container; a liveness probe or preStop hook silently never runs.
+fn check_named_ports(
+    target_port: &[(&str, Option<&IntOrString>)],
+    port_names: &[&str],
+    at: &str,
+) -> Result<(), Rejection> {
+    for (action, port) in target_port {
+        if let Some(IntOrString::String(name)) = port
+            && name.parse::<i32>().is_err()
+            && !port_names.contains(&name.as_str())
+        {
+            return Err(Rejection::new(
+                format!("{at}.{action}.port"),
+                format!(
+                    "names no port of this container ({name:?}): the kubelet looks port names up only in the container's own ports, so it could never run this"
+                ),
+            ));
+        }
     }
     Ok(())
 }

@@ -15,6 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use super::{Rejection, ValidationPolicy};
 use crate::model::{MANAGED_BY_LABEL, OWN_LABEL_PREFIX};
 
+const OS_LABEL: &str = "kubernetes.io/os";
 const RESERVED_KEY: &str = "keys under kubernetes.io, k8s.io and stack-provisioner/ are reserved";
 
 pub(super) fn check(meta: &ObjectMeta, policy: &ValidationPolicy) -> Result<(), Rejection> {
@@ -93,6 +94,17 @@ pub(super) fn check(meta: &ObjectMeta, policy: &ValidationPolicy) -> Result<(), 
                 ));
             }
         }
+    }
+    // The kubelet refuses a pod whose label names another OS than its node's
+    // (`rejectPodAdmissionBasedOnOSSelector`), and stack nodes run Linux (`spec.os.name`).
+    // Reachable only when the label allowlist names the key.
+    if let Some(os) = labels.as_ref().and_then(|l| l.get(OS_LABEL))
+        && os != "linux"
+    {
+        return Err(Rejection::new(
+            format!("metadata.labels.{OS_LABEL}"),
+            "must be linux: the kubelet refuses a pod labelled for another OS than its node's",
+        ));
     }
     let annotation_bytes: usize = annotations.iter().flatten().map(|(k, v)| k.len() + v.len()).sum();
     if annotation_bytes > MAX_ANNOTATION_BYTES {

@@ -39,6 +39,7 @@ use k8s_openapi::api::core::v1::Pod;
 pub use bounded_yaml::{MAX_DEPTH, MAX_NODES};
 pub use harden::DROPPED_CAPABILITIES;
 pub use pod_spec::MAX_TERMINATION_GRACE_SECS;
+pub(crate) use pod_spec::{NODE_NAME_FIELD, term_can_match};
 pub use policy::ValidationPolicy;
 pub use ports::{MAX_TARGET_PORTS, validate_target_ports};
 pub use rejection::Rejection;
@@ -74,6 +75,7 @@ pub fn validate(
     let spec = pod.spec.as_mut().ok_or_else(|| Rejection::required("spec"))?;
     bounds::check(spec, policy)?;
     pod_spec::check(spec, policy)?;
+    pod_spec::check_fqdn(spec, &stack_id.pod_name(), &policy.namespace)?;
     containers::check(spec, policy)?;
     volumes::check(spec)?;
     references::check(spec, policy)?;

@@ -38,6 +38,7 @@ pub(super) fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rej
         host_network,
         host_pid,
         host_users,
+        // The FQDN they may make is checked by `check_fqdn`, once the pod has its name.
         hostname: _,
         hostname_override: _,
         // Pull credentials of the stack namespace; the namespace is the provisioner's.
@@ -50,7 +51,7 @@ pub(super) fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rej
         preemption_policy,
         priority,
         priority_class_name,
-        readiness_gates: _,
+        readiness_gates,
         resource_claims,
         resources,
         // Forced to Never; any input value is replaced (many manifests say Always).
@@ -156,6 +157,11 @@ pub(super) fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rej
             topology_spread_constraints.is_some(),
             "a stack is a single pod",
         ),
+        (
+            "readinessGates",
+            readiness_gates.as_ref().is_some_and(|gates| !gates.is_empty()),
+            "nothing sets their conditions on a stack's pod, so it would never be Ready",
+        ),
     ];
     if let Some((field, _, why)) = forbidden.iter().find(|(_, set, _)| *set) {
         return Err(Rejection::forbidden_because(format!("spec.{field}"), why));
@@ -201,9 +207,39 @@ pub(super) fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rej
     Ok(())
 }
 
+/// The cluster domain of EKS nodes' kubelets (the kubelet's default; EKS does not change it).
+const CLUSTER_DOMAIN: &str = "cluster.local";
+/// Longest FQDN the kubelet can make a pod's hostname (the kernel's nodename field).
+const MAX_FQDN_CHARS: usize = 64;
+
+/// With `setHostnameAsFQDN` and a subdomain, the kubelet makes
+/// `<hostname>.<subdomain>.<namespace>.svc.<cluster domain>` the pod's kernel hostname and
+/// fails the pod's sandbox, at every try, when that is longer than 64 characters
+/// (`GetNodenameForKernel`): the pod would never start. `pod_name` is the name the pod gets.
+pub(super) fn check_fqdn(spec: &PodSpec, pod_name: &str, namespace: &str) -> Result<(), Rejection> {
+    let subdomain = spec.subdomain.as_deref().unwrap_or_default();
+    // An override (alpha) drops the domain altogether.
+    if spec.set_hostname_as_fqdn != Some(true) || subdomain.is_empty() || spec.hostname_override.is_some() {
+        return Ok(());
+    }
+    let hostname = spec.hostname.as_deref().filter(|h| !h.is_empty()).unwrap_or(pod_name);
+    let fqdn = format!("{hostname}.{subdomain}.{namespace}.svc.{CLUSTER_DOMAIN}");
+    if fqdn.len() > MAX_FQDN_CHARS {
+        return Err(Rejection::new(
+            "spec.setHostnameAsFQDN",
+            format!(
+                "would make the pod's hostname {fqdn}, {} characters, more than the {MAX_FQDN_CHARS} the kernel holds: the pod would never start (shorten spec.hostname or spec.subdomain)",
+                fqdn.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Node affinity only narrows the forced `role` node selector, so it is harmless, unless its
 /// required terms can match no stack node at all: such a pod would stay pending forever, so
-/// it is a 400 here rather than a 503 later. Pod (anti-)affinity is refused: required
+/// it is a 400 here rather than a 503 later (terms that only the current nodes rule out are
+/// refused at create time, by `stacks::fit`). Pod (anti-)affinity is refused: required
 /// anti-affinity on an existing pod also repels other pods, which would let one stack keep
 /// others off its node.
 fn check_affinity(affinity: &Affinity, node_role: &str) -> Result<(), Rejection> {
@@ -273,6 +309,9 @@ fn check_required_node_affinity(required: &NodeSelector, node_role: &str) -> Res
     Ok(())
 }
 
+/// The only field a node selector term may match (the apiserver's `nodeFieldSelectorValidators`).
+pub(crate) const NODE_NAME_FIELD: &str = "metadata.name";
+
 /// What the apiserver would refuse about a term's requirements.
 fn check_term_shape(term: &NodeSelectorTerm, at: &str) -> Result<(), Rejection> {
     let lists = [
@@ -283,6 +322,10 @@ fn check_term_shape(term: &NodeSelectorTerm, at: &str) -> Result<(), Rejection> 
         for (index, requirement) in requirements.unwrap_or_default().iter().enumerate() {
             let at = format!("{at}.{list}[{index}]");
             let values = requirement.values.as_deref().unwrap_or_default();
+            if list == "matchFields" {
+                check_field_requirement(requirement, &at)?;
+                continue;
+            }
             let problem = match requirement.operator.as_str() {
                 "In" | "NotIn" if values.is_empty() => Some("must list values for In and NotIn"),
                 "Exists" | "DoesNotExist" if !values.is_empty() => {
@@ -310,10 +353,33 @@ fn check_term_shape(term: &NodeSelectorTerm, at: &str) -> Result<(), Rejection> 
     Ok(())
 }
 
+/// `ValidateNodeFieldSelectorRequirement`: `metadata.name`, `In` or `NotIn`, one value.
+fn check_field_requirement(requirement: &NodeSelectorRequirement, at: &str) -> Result<(), Rejection> {
+    if requirement.key != NODE_NAME_FIELD {
+        return Err(Rejection::new(
+            format!("{at}.key"),
+            format!("must be {NODE_NAME_FIELD}, the only field a node can be selected by"),
+        ));
+    }
+    if !matches!(requirement.operator.as_str(), "In" | "NotIn") {
+        return Err(Rejection::new(
+            format!("{at}.operator"),
+            "must be In or NotIn for a field",
+        ));
+    }
+    if requirement.values.as_ref().is_none_or(|values| values.len() != 1) {
+        return Err(Rejection::new(
+            format!("{at}.values"),
+            "must list exactly one node name",
+        ));
+    }
+    Ok(())
+}
+
 /// Whether some node could satisfy `term` and `role=<node_role>`: the requirements of each key
 /// (field requirements on their own) must leave at least one possible value. An empty term
 /// matches nothing, as in Kubernetes.
-fn term_can_match(term: &NodeSelectorTerm, node_role: &str) -> bool {
+pub(crate) fn term_can_match(term: &NodeSelectorTerm, node_role: &str) -> bool {
     let expressions = term.match_expressions.as_deref().unwrap_or_default();
     let fields = term.match_fields.as_deref().unwrap_or_default();
     if expressions.is_empty() && fields.is_empty() {

@@ -30,6 +30,17 @@ fn assert_unavailable(reply: &stack_tests::api::Reply, reason: &str) {
     assert!(reply.headers.contains_key("retry-after"), "no Retry-After");
 }
 
+/// A 400 whose message names the field and the problem, as the platform shows it to the author.
+fn assert_invalid(reply: &stack_tests::api::Reply, field_and_problem: &str) {
+    assert_eq!(reply.status, 400, "{}", reply.json);
+    let message = reply.json["error"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with(&format!("invalid pod spec: {field_and_problem}")),
+        "{}",
+        reply.json
+    );
+}
+
 /// True when every field of `expected` is present with the same value in `actual`.
 fn is_subset(expected: &Value, actual: &Value) -> bool {
     match (expected, actual) {
@@ -382,12 +393,49 @@ async fn routes_methods_and_body_limits_answer_json() {
 }
 
 #[tokio::test]
-async fn unschedulable_pod_is_503_with_retry_after_and_nothing_left() {
+async fn a_pod_no_stack_node_could_ever_run_is_400_and_nothing_left() {
     let api = ApiHarness::start().await;
+    // Every stack node of the environment allocates 64 CPUs: retrying could never place 500.
     let huge = WEB_POD.replace("cpu: 100m", "cpu: \"500\"");
     let refused = api.create(&huge, json!(80)).await;
-    assert_unavailable(&refused, "cluster saturated");
+    assert_invalid(&refused, "spec.containers[*].resources request 500 of cpu in total");
+    let pinned = format!(
+        "{WEB_POD}  affinity:\n    nodeAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n        nodeSelectorTerms:\n          - matchExpressions:\n              - {{key: kubernetes.io/hostname, operator: In, values: [no-such-node]}}\n"
+    );
+    let refused = api.create(&pinned, json!(80)).await;
+    assert_invalid(
+        &refused,
+        "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms match no stack node",
+    );
     api.assert_nothing_left().await;
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn unschedulable_pod_is_503_with_retry_after_and_nothing_left() {
+    // A role of this test only, on one node with room for one 800m pod at a time: the second
+    // pod fits the node once the first ends, so the scheduler's refusal means "try later".
+    let role = stack_tests::env::unique_name("busy");
+    let api = ApiHarness::with_env(&[("STACK_NODE_ROLE", role.as_str())]).await;
+    let node = SimulatedNode::new(&format!("{role}-node"))
+        .role(&role)
+        .allocatable("1", "4Gi", "110")
+        .external_ip("203.0.113.212");
+    stack_tests::reconciler::add_schedulable_node(&api.env, &node)
+        .await
+        .unwrap();
+    let pod = WEB_POD.replace("cpu: 100m", "cpu: 800m");
+    let first = api.create(&pod, json!(80)).await;
+    assert_eq!(first.status, 201, "{}", first.json);
+    let refused = api.create(&pod, json!(80)).await;
+    assert_unavailable(&refused, "cluster saturated");
+    // Nothing of the refused create is left, only the first stack.
+    assert_eq!(api.records().await.len(), 1);
+    assert_eq!(api.managed_pods().await.len(), 1);
+    assert_eq!(api.managed_services().await.len(), 1);
+    stack_tests::env::nodes::delete_node(&api.env.kube, &node.name)
+        .await
+        .unwrap();
     api.finish().await;
 }
 

@@ -1,6 +1,7 @@
 //! Issue 10's principles, one table each (accepted and refused, with the refused field path):
 //! kubectl's YAML, references past the stack, per-pod bounds, metadata keys, durations,
-//! node-local images, YAML tags, and requests that can never be scheduled.
+//! node-local images, YAML tags, requests that can never be scheduled, and pods that could
+//! never become Ready.
 
 use serde_json::{Value, json};
 
@@ -559,4 +560,154 @@ fn requests_that_can_never_be_scheduled_are_400s() {
             json!([{"weight": 100, "preference": {"matchExpressions": [expr("role", "In", &["other"])]}}]),
         )],
     ]);
+}
+
+#[test]
+fn pods_that_could_never_become_ready_are_400s() {
+    let probe = |field: &'static str, action: Value| (field, action);
+    let named = |name: &str| ("/spec/containers/0/ports/0/name", json!(name));
+    let sidecar = |probe: Value| {
+        let mut c = init_container();
+        c["restartPolicy"] = json!("Always");
+        c["readinessProbe"] = probe;
+        ("/spec/initContainers", json!([c]))
+    };
+    let fields = |requirement: Value| {
+        (
+            "/spec/affinity/nodeAffinity",
+            json!({"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchFields": [requirement]}]}}),
+        )
+    };
+    // stack-0123456789abcdef.<subdomain>.stacks.svc.cluster.local: 64 characters with 16.
+    let fqdn = |subdomain: &str| {
+        vec![
+            ("/spec/setHostnameAsFQDN", json!(true)),
+            ("/spec/subdomain", json!(subdomain)),
+        ]
+    };
+    refused(vec![
+        (
+            vec![("/spec/readinessGates", json!([{"conditionType": "example.com/ready"}]))],
+            "spec.readinessGates",
+        ),
+        (
+            vec![probe(
+                "/spec/containers/0/readinessProbe",
+                json!({"tcpSocket": {"port": "http"}}),
+            )],
+            "spec.containers[0].readinessProbe.tcpSocket.port",
+        ),
+        (
+            vec![
+                named("web"),
+                probe(
+                    "/spec/containers/0/startupProbe",
+                    json!({"httpGet": {"port": "http", "path": "/"}}),
+                ),
+            ],
+            "spec.containers[0].startupProbe.httpGet.port",
+        ),
+        (
+            vec![probe(
+                "/spec/containers/0/livenessProbe",
+                json!({"httpGet": {"port": "http", "path": "/"}}),
+            )],
+            "spec.containers[0].livenessProbe.httpGet.port",
+        ),
+        // The kubelet looks only in the probing container's own ports.
+        (
+            vec![named("http"), sidecar(json!({"tcpSocket": {"port": "http"}}))],
+            "spec.initContainers[0].readinessProbe.tcpSocket.port",
+        ),
+        (
+            vec![probe(
+                "/spec/containers/0/lifecycle",
+                json!({"postStart": {"httpGet": {"port": "admin", "path": "/"}}}),
+            )],
+            "spec.containers[0].lifecycle.postStart.httpGet.port",
+        ),
+        (
+            vec![probe(
+                "/spec/containers/0/lifecycle",
+                json!({"postStart": {"tcpSocket": {"port": 80}}}),
+            )],
+            "spec.containers[0].lifecycle.postStart.tcpSocket",
+        ),
+        (
+            vec![probe(
+                "/spec/containers/0/lifecycle",
+                json!({"preStop": {"tcpSocket": {"port": 80}}}),
+            )],
+            "spec.containers[0].lifecycle.preStop.tcpSocket",
+        ),
+        (
+            vec![fields(
+                json!({"key": "metadata.uid", "operator": "In", "values": ["n1"]}),
+            )],
+            "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchFields[0].key",
+        ),
+        (
+            vec![fields(json!({"key": "metadata.name", "operator": "Exists"}))],
+            "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchFields[0].operator",
+        ),
+        (
+            vec![fields(
+                json!({"key": "metadata.name", "operator": "In", "values": ["n1", "n2"]}),
+            )],
+            "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchFields[0].values",
+        ),
+        (fqdn("subdomain-of-17ch"), "spec.setHostnameAsFQDN"),
+        (
+            [fqdn("s"), vec![("/spec/hostname", json!("h".repeat(42)))]].concat(),
+            "spec.setHostnameAsFQDN",
+        ),
+    ]);
+    accepted(vec![
+        vec![("/spec/readinessGates", json!([]))],
+        vec![
+            named("http"),
+            probe(
+                "/spec/containers/0/readinessProbe",
+                json!({"tcpSocket": {"port": "http"}}),
+            ),
+            probe(
+                "/spec/containers/0/startupProbe",
+                json!({"httpGet": {"port": "http", "path": "/"}}),
+            ),
+            probe(
+                "/spec/containers/0/livenessProbe",
+                json!({"httpGet": {"port": 80, "path": "/"}}),
+            ),
+            probe(
+                "/spec/containers/0/lifecycle",
+                json!({"postStart": {"httpGet": {"port": "http", "path": "/"}}, "preStop": {"exec": {"command": ["true"]}}}),
+            ),
+        ],
+        vec![sidecar(json!({"tcpSocket": {"port": 80}}))],
+        vec![fields(
+            json!({"key": "metadata.name", "operator": "NotIn", "values": ["n1"]}),
+        )],
+        fqdn("subdomain-of-16c"),
+        vec![
+            ("/spec/setHostnameAsFQDN", json!(true)),
+            ("/spec/hostname", json!("h".repeat(42))),
+        ],
+    ]);
+    let allowing = ValidationPolicy {
+        label_allowlist: vec!["*".into(), "kubernetes.io/os".into()],
+        ..policy()
+    };
+    let labelled = |os: &str| {
+        validate(
+            &edited(&[("/metadata/labels/kubernetes.io~1os", json!(os))]),
+            &[tcp(80)],
+            &stack_id(),
+            &allowing,
+        )
+    };
+    assert_eq!(
+        labelled("windows").unwrap_err().path,
+        "metadata.labels.kubernetes.io/os"
+    );
+    assert!(labelled("linux").is_ok());
 }

@@ -542,7 +542,7 @@ fn harmless_fields_are_accepted() {
             ("/spec/activeDeadlineSeconds", json!(60)),
         ],
         vec![
-            ("/spec/readinessGates", json!([{"conditionType": "x"}])),
+            ("/spec/readinessGates", json!([])),
             ("/spec/imagePullSecrets", json!([{"name": "pull"}])),
         ],
         vec![(
@@ -562,6 +562,7 @@ fn harmless_fields_are_accepted() {
         )],
         vec![("/spec/initContainers", json!([init_container(), sidecar]))],
         vec![
+            ("/spec/containers/0/ports/0/name", json!("http")),
             (
                 "/spec/containers/0/livenessProbe",
                 json!({"httpGet": {"port": 80, "path": "/healthz"}}),
