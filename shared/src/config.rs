@@ -37,6 +37,12 @@ fn parse_on_unschedulable(v: &str) -> Result<OnUnschedulable, String> {
     }
 }
 
+/// What `STACK_START_TIMEOUT` allows beyond the scheduling timeout by default: the image
+/// pull and the start. Operators report 80 s to pull a 3 GB image on a fresh node and minutes
+/// for larger ones without pre-pulling; five minutes covers that without leaving a stack
+/// that will never start `creating` for long.
+pub const START_ALLOWANCE: Duration = Duration::from_secs(300);
+
 /// Default of `STACK_CHALLENGE_LABEL`.
 pub const DEFAULT_CHALLENGE_LABEL: &str = "challenge";
 
@@ -56,7 +62,13 @@ pub struct Config {
     pub on_unschedulable: OnUnschedulable,
     /// How long a stack may stay unscheduled, from its creation.
     pub scheduling_timeout: Duration,
-    /// How long a create waits for the scheduler before answering `creating`.
+    /// How long a stack may take to become Ready, from its creation; past it, a stack not
+    /// Ready is failed.
+    pub start_timeout: Duration,
+    /// How long a failed stack's record (its tombstone) stays readable.
+    pub failed_retention: Duration,
+    /// How long a create waits for the scheduler and for the pod to be Ready before
+    /// answering `creating`.
     pub create_wait: Duration,
     /// Creates one process works on at once; more wait for a slot.
     pub create_concurrency: usize,
@@ -167,6 +179,11 @@ impl Config {
         // Required only by the API (see `require_api_key`): the reconciler needs no key.
         let api_key = env.string("API_KEY");
         let on_unschedulable = env.parse("STACK_ON_UNSCHEDULABLE", OnUnschedulable::Fail, parse_on_unschedulable);
+        let scheduling_timeout = env.parse(
+            "STACK_SCHEDULING_TIMEOUT",
+            on_unschedulable.default_scheduling_timeout(),
+            parse_duration,
+        );
         let config = Config {
             namespace: env.string("STACK_NAMESPACE").unwrap_or_else(|| "stacks".into()),
             ttl: env.parse("STACK_TTL", Duration::from_secs(2 * 3600), parse_duration),
@@ -178,11 +195,15 @@ impl Config {
             nodeport_max: env.parse("STACK_NODEPORT_MAX", 32767, parse_num),
             node_role: env.string("STACK_NODE_ROLE").unwrap_or_else(|| "stack".into()),
             on_unschedulable,
-            scheduling_timeout: env.parse(
-                "STACK_SCHEDULING_TIMEOUT",
-                on_unschedulable.default_scheduling_timeout(),
+            scheduling_timeout,
+            start_timeout: env.parse(
+                "STACK_START_TIMEOUT",
+                scheduling_timeout.saturating_add(START_ALLOWANCE),
                 parse_duration,
             ),
+            // Long enough for a platform that polls a minute apart, or an operator, to read why
+            // a stack failed; short enough that failed creates do not pile up in lists.
+            failed_retention: env.parse("STACK_FAILED_RETENTION", Duration::from_secs(600), parse_duration),
             create_wait: env.parse("STACK_CREATE_WAIT", Duration::from_millis(2000), parse_duration),
             create_concurrency: env.parse("STACK_CREATE_CONCURRENCY", 32, parse_at_least_one),
             // A 200-create burst on the local environment (bench-faults burst): 32 slots with 2 s of
@@ -293,6 +314,13 @@ impl Config {
                 "STACK_CREATE_QUEUE_WAIT: must be at most {} ms (a create answers within {} ms)",
                 MAX_CREATE_QUEUE_WAIT.as_millis(),
                 CREATE_WORK_BUDGET.as_millis()
+            ));
+        }
+        if self.start_timeout < self.scheduling_timeout {
+            problems.push(format!(
+                "STACK_START_TIMEOUT: must be at least STACK_SCHEDULING_TIMEOUT ({}), so that a stack not \
+                 yet scheduled is removed, not failed",
+                format_duration(self.scheduling_timeout)
             ));
         }
         if self.namespace.len() > 63 || !is_dns_label(&self.namespace) {
@@ -407,6 +435,22 @@ pub fn parse_duration(v: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(total).map_err(|_| BAD.into())
 }
 
+/// A duration as [`parse_duration`] reads it back: `5m20s`, `2h`, `90s`, `500ms`, `0s`.
+pub fn format_duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    if secs == 0 {
+        return format!("{}ms", d.subsec_millis());
+    }
+    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
+    let mut text = String::new();
+    for (value, unit) in [(h, "h"), (m, "m"), (s, "s")] {
+        if value > 0 {
+            text.push_str(&format!("{value}{unit}"));
+        }
+    }
+    text
+}
+
 fn to_strings(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| (*s).to_owned()).collect()
 }
@@ -505,6 +549,72 @@ mod tests {
         assert_eq!(set.scheduling_timeout, Duration::from_secs(90));
         let err = config(&[("API_KEY", "k"), ("STACK_ON_UNSCHEDULABLE", "queue")]).unwrap_err();
         assert!(err.to_string().contains("STACK_ON_UNSCHEDULABLE"), "{err}");
+    }
+
+    #[test]
+    fn start_timeout_and_failed_retention_have_defaults_and_bounds() {
+        let c = config(&[("API_KEY", "k")]).unwrap();
+        // The scheduler's 20 s, then five minutes to pull and start.
+        assert_eq!(c.start_timeout, Duration::from_secs(320));
+        assert_eq!(c.failed_retention, Duration::from_secs(600));
+        let wait = config(&[("API_KEY", "k"), ("STACK_ON_UNSCHEDULABLE", "wait")]).unwrap();
+        assert_eq!(wait.start_timeout, Duration::from_secs(600));
+        let slow_scheduler = config(&[("API_KEY", "k"), ("STACK_SCHEDULING_TIMEOUT", "10m")]).unwrap();
+        assert_eq!(slow_scheduler.start_timeout, Duration::from_secs(900));
+        let set = config(&[
+            ("API_KEY", "k"),
+            ("STACK_START_TIMEOUT", "2m"),
+            ("STACK_FAILED_RETENTION", "1h"),
+        ])
+        .unwrap();
+        assert_eq!(
+            (set.start_timeout, set.failed_retention),
+            (Duration::from_secs(120), Duration::from_secs(3600))
+        );
+        assert_eq!(
+            config(&[("API_KEY", "k"), ("STACK_FAILED_RETENTION", "0")])
+                .unwrap()
+                .failed_retention,
+            Duration::ZERO
+        );
+        let short = config(&[("API_KEY", "k"), ("STACK_START_TIMEOUT", "10s")]).unwrap_err();
+        assert_eq!(
+            short.problems,
+            [
+                "STACK_START_TIMEOUT: must be at least STACK_SCHEDULING_TIMEOUT (20s), so that a stack not yet \
+                 scheduled is removed, not failed"
+            ]
+        );
+        let bad = config(&[
+            ("API_KEY", "k"),
+            ("STACK_START_TIMEOUT", "soon"),
+            ("STACK_FAILED_RETENTION", "-1m"),
+        ])
+        .unwrap_err();
+        assert_eq!(bad.problems.len(), 2, "{bad}");
+        assert!(
+            bad.problems[0].starts_with("STACK_START_TIMEOUT: expected a duration"),
+            "{bad}"
+        );
+        assert!(
+            bad.problems[1].starts_with("STACK_FAILED_RETENTION: expected a duration"),
+            "{bad}"
+        );
+    }
+
+    #[test]
+    fn durations_format_as_they_parse() {
+        for (d, text) in [
+            (Duration::from_secs(320), "5m20s"),
+            (Duration::from_secs(7200), "2h"),
+            (Duration::from_secs(5400), "1h30m"),
+            (Duration::from_secs(90), "1m30s"),
+            (Duration::from_millis(500), "500ms"),
+            (Duration::ZERO, "0ms"),
+        ] {
+            assert_eq!(format_duration(d), text);
+            assert_eq!(parse_duration(text), Ok(d), "{text}");
+        }
     }
 
     #[test]

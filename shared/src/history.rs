@@ -97,7 +97,10 @@ fn removal_reason(reason: RemovalReason) -> &'static str {
         RemovalReason::ServiceMissing => "service_missing",
         RemovalReason::NodeMissing => "node_missing",
         RemovalReason::Unschedulable => "unschedulable",
+        RemovalReason::Rejected => "rejected",
         RemovalReason::Terminated => "terminated",
+        RemovalReason::Failed => "failed",
+        RemovalReason::RetentionEnded => "retention_ended",
         RemovalReason::Deleted => "deleted",
     }
 }

@@ -173,12 +173,14 @@ pub struct PortMapping {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum StackStatus {
-    /// Pod not yet running.
+    /// Not connectable yet: the pod is not Ready.
     Creating,
+    /// Connectable now: the pod is Ready.
     Running,
     /// Pod succeeded.
     Stopped,
-    /// Pod failed.
+    /// It cannot run: its pod failed or could not start (see [`FailureReason`]). Its objects
+    /// are deleted at once; the record stays as a tombstone for `STACK_FAILED_RETENTION`.
     Failed,
     /// Its node is gone.
     NodeDeleted,
@@ -218,6 +220,88 @@ impl StackStatus {
             StackStatus::Stopped | StackStatus::Failed | StackStatus::NodeDeleted
         )
     }
+
+    /// A record of this status is a tombstone: its pod and service were deleted when it
+    /// failed, so it holds no port, node or resources, only the reason for clients to read.
+    pub fn is_tombstone(self) -> bool {
+        self == StackStatus::Failed
+    }
+}
+
+/// Why a stack failed: stable names clients may branch on (README, "Stack status").
+/// Definite causes fail a stack at the first observation; transient ones only once it is
+/// older than `STACK_START_TIMEOUT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureReason {
+    /// The registry has no such repository or tag (definite).
+    ImageNotFound,
+    /// The registry refused the pull: 401/403, denied, no credentials (definite).
+    ImagePullDenied,
+    /// The pull kept failing for a transient cause (registry unreachable, rate limited,
+    /// back-off) until the start timeout.
+    ImagePullFailed,
+    /// The kubelet cannot parse the image reference (definite).
+    InvalidImageName,
+    /// The kubelet cannot build the container's configuration, e.g. `runAsNonRoot` on an
+    /// image that runs as root, or a missing key (definite).
+    ContainerConfigError,
+    /// The runtime could not create or start a container (definite; a runtime timeout is
+    /// transient).
+    ContainerStartError,
+    /// A container terminated; with `restartPolicy: Never` it does not come back (definite).
+    ContainerExited,
+    /// The kubelet evicted the pod (node pressure or the pod's own storage limit; definite).
+    Evicted,
+    /// The pod failed for a reason none of the above names (definite).
+    PodFailed,
+    /// Not Ready within `STACK_START_TIMEOUT` of its creation, with no error to name.
+    StartTimeout,
+}
+
+impl FailureReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureReason::ImageNotFound => "image_not_found",
+            FailureReason::ImagePullDenied => "image_pull_denied",
+            FailureReason::ImagePullFailed => "image_pull_failed",
+            FailureReason::InvalidImageName => "invalid_image_name",
+            FailureReason::ContainerConfigError => "container_config_error",
+            FailureReason::ContainerStartError => "container_start_error",
+            FailureReason::ContainerExited => "container_exited",
+            FailureReason::Evicted => "evicted",
+            FailureReason::PodFailed => "pod_failed",
+            FailureReason::StartTimeout => "start_timeout",
+        }
+    }
+}
+
+impl fmt::Display for FailureReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a stack failed, or what holds back one still starting: a reason and a message for
+/// humans (mostly the kubelet's own words).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub reason: FailureReason,
+    pub message: String,
+}
+
+impl Failure {
+    /// Longest message kept: kubelet messages (a termination message, a registry's answer)
+    /// can run to kilobytes, and the record is read on every status poll.
+    pub const MAX_MESSAGE_CHARS: usize = 1024;
+
+    pub fn new(reason: FailureReason, message: impl Into<String>) -> Self {
+        let mut message: String = message.into();
+        if let Some((cut, _)) = message.char_indices().nth(Self::MAX_MESSAGE_CHARS) {
+            message.truncate(cut);
+        }
+        Self { reason, message }
+    }
 }
 
 impl fmt::Display for StackStatus {
@@ -254,12 +338,36 @@ pub struct StackRecord {
     /// The create request's `Idempotency-Key`, removed together with the record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
+    /// Why it failed; set only with status `failed` (records written before reasons existed
+    /// have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<FailureReason>,
+    /// The failure for humans; set with `reason`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// When it was found failed: the tombstone's retention counts from here (from
+    /// `updated_at` for records written before this field existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_at: Option<Timestamp>,
 }
 
 impl StackRecord {
     /// The stack's Service, if its mode has one.
     pub fn service(&self) -> Option<&str> {
         (self.exposure.has_service() && !self.service_name.is_empty()).then_some(self.service_name.as_str())
+    }
+
+    /// Why it failed, if it did and says why.
+    pub fn failure(&self) -> Option<Failure> {
+        Some(Failure {
+            reason: self.reason?,
+            message: self.message.clone().unwrap_or_default(),
+        })
+    }
+
+    /// Since when a failed stack's tombstone has been kept.
+    pub fn failed_since(&self) -> Timestamp {
+        self.failed_at.unwrap_or(self.updated_at)
     }
 }
 
@@ -322,6 +430,61 @@ mod tests {
         let old: StackRecord = serde_json::from_value(json).unwrap();
         assert_eq!(old.exposure, Exposure::NodePort);
         assert_eq!(old.service(), Some(record.stack_id.service_name().as_str()));
+    }
+
+    #[test]
+    fn records_written_before_failure_reasons_still_read() {
+        // As the store writes an item: through serde_dynamo.
+        let old = StackRecord::test().status(StackStatus::Failed);
+        let mut item: std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue> =
+            serde_dynamo::to_item(&old).unwrap();
+        for field in ["reason", "message", "failed_at"] {
+            assert!(!item.contains_key(field), "{field} written without a failure");
+        }
+        item.remove("idempotency_key");
+        let read: StackRecord = serde_dynamo::from_item(item).unwrap();
+        assert_eq!(read, old);
+        assert_eq!(read.failure(), None);
+        assert_eq!(read.failed_since(), read.updated_at);
+
+        let at: Timestamp = "2030-01-01T12:00:00Z".parse().unwrap();
+        let tombstone = StackRecord::test().failed(FailureReason::ImagePullDenied, "401 Unauthorized", at);
+        let item: std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue> =
+            serde_dynamo::to_item(&tombstone).unwrap();
+        assert_eq!(
+            item.get("reason"),
+            Some(&aws_sdk_dynamodb::types::AttributeValue::S("image_pull_denied".into()))
+        );
+        let read: StackRecord = serde_dynamo::from_item(item).unwrap();
+        assert_eq!(read, tombstone);
+        assert_eq!(
+            read.failure(),
+            Some(Failure::new(FailureReason::ImagePullDenied, "401 Unauthorized"))
+        );
+        assert_eq!(read.failed_since(), at);
+    }
+
+    #[test]
+    fn failure_reasons_have_stable_snake_case_names() {
+        let all = [
+            (FailureReason::ImageNotFound, "image_not_found"),
+            (FailureReason::ImagePullDenied, "image_pull_denied"),
+            (FailureReason::ImagePullFailed, "image_pull_failed"),
+            (FailureReason::InvalidImageName, "invalid_image_name"),
+            (FailureReason::ContainerConfigError, "container_config_error"),
+            (FailureReason::ContainerStartError, "container_start_error"),
+            (FailureReason::ContainerExited, "container_exited"),
+            (FailureReason::Evicted, "evicted"),
+            (FailureReason::PodFailed, "pod_failed"),
+            (FailureReason::StartTimeout, "start_timeout"),
+        ];
+        for (reason, name) in all {
+            assert_eq!(reason.as_str(), name);
+            assert_eq!(serde_json::to_value(reason).unwrap(), name);
+            assert_eq!(serde_json::from_value::<FailureReason>(name.into()).unwrap(), reason);
+        }
+        assert!(StackStatus::Failed.is_tombstone());
+        assert!(!StackStatus::Stopped.is_tombstone() && !StackStatus::NodeDeleted.is_tombstone());
     }
 
     #[test]

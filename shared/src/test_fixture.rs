@@ -3,7 +3,7 @@
 
 use jiff::Timestamp;
 
-use crate::model::{Exposure, PortMapping, StackId, StackRecord, StackStatus};
+use crate::model::{Exposure, FailureReason, PortMapping, StackId, StackRecord, StackStatus};
 
 impl StackRecord {
     /// A running stack with a fresh id in namespace `stacks`, not yet placed on a node, no
@@ -27,6 +27,9 @@ impl StackRecord {
             requested_cpu_milli: 0,
             requested_memory_bytes: 0,
             idempotency_key: None,
+            reason: None,
+            message: None,
+            failed_at: None,
         }
     }
 
@@ -88,6 +91,15 @@ impl StackRecord {
     pub fn requests(mut self, cpu_milli: i64, memory_bytes: i64) -> Self {
         self.requested_cpu_milli = cpu_milli;
         self.requested_memory_bytes = memory_bytes;
+        self
+    }
+
+    /// Failed at `at` for `reason`: a tombstone.
+    pub fn failed(mut self, reason: FailureReason, message: &str, at: Timestamp) -> Self {
+        self.status = StackStatus::Failed;
+        self.reason = Some(reason);
+        self.message = Some(message.to_owned());
+        self.failed_at = Some(at);
         self
     }
 }

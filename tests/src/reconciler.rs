@@ -215,6 +215,9 @@ pub fn running_record(
         requested_cpu_milli: 1,
         requested_memory_bytes: 1 << 20,
         idempotency_key: None,
+        reason: None,
+        message: None,
+        failed_at: None,
     }
 }
 

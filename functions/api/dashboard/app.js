@@ -391,7 +391,7 @@ function row(s) {
   return el("div", { class: "row", dataset: { stackId: s.stack_id } },
     el("span", {}, box),
     el("span", { class: "mono", title: s.stack_id }, s.stack_id),
-    el("span", { class: "status " + s.status }, s.status),
+    el("span", { class: "status " + s.status, title: s.reason ? `${s.reason}: ${s.message || ""}` : "" }, s.reason ? `${s.status} (${s.reason})` : s.status),
     el("span", { class: "mono", title: s.node_public_ip || "" }, s.node_id || "–"),
     el("span", { class: "wide" }, challengeOf(s) || "–"),
     el("span", { class: "wide mono" }, ports),

@@ -183,4 +183,52 @@ mod tests {
         };
         assert_eq!(item["pattern"], "\\S", "{ids}");
     }
+
+    /// Failed stacks say why in two optional fields; the fields clients already read stay
+    /// as they were (required, same types).
+    #[test]
+    fn stack_and_status_summary_carry_an_optional_reason_and_message() {
+        let doc: serde_json::Value = serde_json::from_str(document()).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        let reasons = schemas["FailureReason"]["enum"].as_array().expect("FailureReason enum");
+        for name in [
+            "image_not_found",
+            "image_pull_denied",
+            "image_pull_failed",
+            "invalid_image_name",
+            "container_config_error",
+            "container_start_error",
+            "container_exited",
+            "evicted",
+            "pod_failed",
+            "start_timeout",
+        ] {
+            assert!(reasons.contains(&name.into()), "{name} missing from {reasons:?}");
+        }
+        for (schema, existing) in [
+            ("Stack", &["stack_id", "status", "ports", "ttl_expires_at"][..]),
+            ("StatusSummary", &["stack_id", "status", "ttl", "ports"][..]),
+        ] {
+            let object = &schemas[schema];
+            let required: Vec<&str> = object["required"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|v| v.as_str())
+                .collect();
+            for field in existing {
+                assert!(required.contains(field), "{schema}.{field} no longer required");
+            }
+            for field in ["reason", "message"] {
+                assert!(object["properties"][field].is_object(), "{schema}.{field} missing");
+                assert!(!required.contains(&field), "{schema}.{field} required");
+            }
+            assert_eq!(
+                object["properties"]["reason"]["$ref"], "#/components/schemas/FailureReason",
+                "{schema}: {}",
+                object["properties"]["reason"]
+            );
+            assert_eq!(object["properties"]["message"]["type"], "string", "{schema}");
+        }
+    }
 }

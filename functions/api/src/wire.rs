@@ -9,7 +9,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use stack_core::model::{
-    MANAGED_BY_LABEL, OWN_LABEL_PREFIX, PortMapping, Protocol, StackRecord, StackStatus, TargetPort,
+    FailureReason, MANAGED_BY_LABEL, OWN_LABEL_PREFIX, PortMapping, Protocol, StackRecord, StackStatus, TargetPort,
 };
 use stack_core::store::ListCursor;
 
@@ -37,6 +37,14 @@ pub struct StackView<'a> {
     pub ports: &'a [PortMapping],
     pub service_name: &'a str,
     pub status: StackStatus,
+    /// Why the stack failed; present only when `status` is `failed` (and said why).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub reason: Option<FailureReason>,
+    /// The failure for humans (mostly the kubelet's words); present with `reason`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub message: Option<&'a str>,
     pub ttl_expires_at: Timestamp,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
@@ -63,6 +71,8 @@ impl<'a> From<&'a StackRecord> for StackView<'a> {
             ports: &r.ports,
             service_name: &r.service_name,
             status: r.status,
+            reason: failure_reason(r),
+            message: failure_message(r),
             ttl_expires_at: r.ttl_expires_at,
             created_at: r.created_at,
             updated_at: r.updated_at,
@@ -98,12 +108,29 @@ pub fn manifest_labels(pod_spec: &str) -> BTreeMap<String, String> {
     labels
 }
 
+/// A failed stack's reason; nothing for any other status.
+fn failure_reason(r: &StackRecord) -> Option<FailureReason> {
+    r.reason.filter(|_| r.status == StackStatus::Failed)
+}
+
+fn failure_message(r: &StackRecord) -> Option<&str> {
+    failure_reason(r).and(r.message.as_deref())
+}
+
 /// The contract's StatusSummary object.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 #[schema(as = StatusSummary)]
 pub struct StatusView<'a> {
     pub stack_id: &'a str,
     pub status: StackStatus,
+    /// Why the stack failed; present only when `status` is `failed` (and said why).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub reason: Option<FailureReason>,
+    /// The failure for humans (mostly the kubelet's words); present with `reason`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub message: Option<&'a str>,
     pub ttl: Timestamp,
     pub ports: &'a [PortMapping],
     pub node_public_ip: Option<&'a str>,
@@ -116,6 +143,8 @@ impl<'a> From<&'a StackRecord> for StatusView<'a> {
         Self {
             stack_id: r.stack_id.as_str(),
             status: r.status,
+            reason: failure_reason(r),
+            message: failure_message(r),
             ttl: r.ttl_expires_at,
             ports: &r.ports,
             node_public_ip: r.node_public_ip.as_deref(),
@@ -282,6 +311,75 @@ mod tests {
         );
         assert!(manifest_labels("").is_empty());
         assert!(manifest_labels(": not yaml [").is_empty());
+    }
+
+    fn record(status: StackStatus) -> StackRecord {
+        let at: Timestamp = "2030-01-01T12:00:00Z".parse().unwrap();
+        let id: stack_core::model::StackId = "stack-00000000000000aa".parse().unwrap();
+        StackRecord {
+            pod_id: id.pod_name(),
+            service_name: id.service_name(),
+            stack_id: id,
+            namespace: "stacks".into(),
+            node_id: "n1".into(),
+            node_public_ip: Some("203.0.113.1".into()),
+            pod_spec: String::new(),
+            ports: vec![PortMapping {
+                container_port: 80,
+                protocol: Protocol::Tcp,
+                node_port: 31001,
+            }],
+            exposure: stack_core::model::Exposure::NodePort,
+            status,
+            ttl_expires_at: at,
+            created_at: at,
+            updated_at: at,
+            requested_cpu_milli: 100,
+            requested_memory_bytes: 1 << 20,
+            idempotency_key: None,
+            reason: None,
+            message: None,
+            failed_at: None,
+        }
+    }
+
+    #[test]
+    fn a_failed_stack_says_why_and_others_carry_no_reason_at_all() {
+        let mut failed = record(StackStatus::Failed);
+        failed.reason = Some(FailureReason::ImageNotFound);
+        failed.message = Some("container web: ErrImagePull: 10.80.0.1:5000/nope:1: not found".into());
+        failed.failed_at = Some(failed.updated_at);
+        for json in [
+            serde_json::to_value(StackView::from(&failed)).unwrap(),
+            serde_json::to_value(StatusView::from(&failed)).unwrap(),
+        ] {
+            assert_eq!(json["status"], "failed");
+            assert_eq!(json["reason"], "image_not_found");
+            assert_eq!(
+                json["message"],
+                "container web: ErrImagePull: 10.80.0.1:5000/nope:1: not found"
+            );
+        }
+        // Every other status (and a failed record from before reasons existed) has neither
+        // field, so existing clients see exactly what they saw before.
+        let old_failed = record(StackStatus::Failed);
+        for record in [record(StackStatus::Running), record(StackStatus::Creating), old_failed] {
+            for json in [
+                serde_json::to_value(StackView::from(&record)).unwrap(),
+                serde_json::to_value(StatusView::from(&record)).unwrap(),
+            ] {
+                let object = json.as_object().unwrap();
+                assert!(
+                    !object.contains_key("reason") && !object.contains_key("message"),
+                    "{json}"
+                );
+            }
+        }
+        // A reason left on a record of another status is not shown.
+        let mut stray = failed.clone();
+        stray.status = StackStatus::Running;
+        let json = serde_json::to_value(StatusView::from(&stray)).unwrap();
+        assert!(json.get("reason").is_none(), "{json}");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 mod client;
 mod error;
+mod health;
 mod namespace;
 mod node_addresses;
 mod nodeports;
@@ -23,17 +24,17 @@ use kube::{Api, Client};
 
 pub use client::{KubeService, apply_client_limits, client_builder, connect};
 pub use error::{ClusterError, ProtobufError};
+#[cfg(test)]
+pub(crate) use health::kubelet;
+pub use health::{PodHealth, Rejection, pod_health};
 pub use namespace::NamespacePolicy;
 pub use objects::{stack_service, with_host_ports};
 pub use observe::{
-    Scheduling, has_role, is_port_conflict, is_ready, is_schedulable_stack_node, node_external_ip, observed_status,
-    scheduling_of,
+    Scheduling, has_role, is_port_conflict, is_ready, is_schedulable_stack_node, node_external_ip, scheduling_of,
 };
 pub use stack_nodes::{STACK_NODES_TTL, StackNode};
 
-use crate::model::{
-    Exposure, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PortMapping, STACK_ID_LABEL, StackId, StackStatus, TargetPort,
-};
+use crate::model::{Exposure, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PortMapping, STACK_ID_LABEL, StackId, TargetPort};
 use node_addresses::NodeAddresses;
 use nodeports::{PortPicker, PortUse};
 use stack_nodes::StackNodeView;
@@ -246,11 +247,14 @@ impl Cluster {
         Ok(())
     }
 
-    /// Waits, with one watch, until the `created` pod has started (or already ended) or the
-    /// scheduler gave up on it, at most `budget`: the pod then, or as last seen.
+    /// Waits, with one watch, until the `created` pod is Ready, or shows that it never will
+    /// be (failed, ended, refused by its kubelet), or the scheduler gave up on it, at most
+    /// `budget`: the pod then, or as last seen. A pod still starting (pulling, backing off,
+    /// started but not ready) is waited for.
     pub async fn wait_settled(&self, created: Pod, budget: Duration) -> Result<Pod, ClusterError> {
         let settled = |pod: &Pod| {
-            matches!(scheduling_of(pod), Scheduling::Unschedulable(_)) || observed_status(pod) != StackStatus::Creating
+            matches!(scheduling_of(pod), Scheduling::Unschedulable(_))
+                || !matches!(pod_health(pod), PodHealth::Starting(_))
         };
         pod_watch::until(&self.pods, created, budget, settled).await
     }

@@ -2,8 +2,6 @@
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 
-use crate::model::StackStatus;
-
 /// Where the scheduler stands with a pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Scheduling {
@@ -76,16 +74,6 @@ pub fn is_ready(node: &Node) -> bool {
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// The stack status a pod's phase means.
-pub fn observed_status(pod: &Pod) -> StackStatus {
-    match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
-        Some("Running") => StackStatus::Running,
-        Some("Succeeded") => StackStatus::Stopped,
-        Some("Failed") => StackStatus::Failed,
-        _ => StackStatus::Creating,
-    }
-}
-
 /// The node's first `ExternalIP` address.
 pub fn node_external_ip(node: &Node) -> Option<String> {
     node.status
@@ -144,24 +132,6 @@ mod tests {
             "0/3 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 2 node(s) didn't have free ports for the requested pod ports. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
         ));
         assert!(!is_port_conflict("0/2 nodes are available: 2 Insufficient cpu."));
-    }
-
-    #[test]
-    fn phases_map_to_statuses() {
-        assert_eq!(
-            observed_status(&pod(None, Some("Pending"), vec![])),
-            StackStatus::Creating
-        );
-        assert_eq!(
-            observed_status(&pod(None, Some("Running"), vec![])),
-            StackStatus::Running
-        );
-        assert_eq!(
-            observed_status(&pod(None, Some("Succeeded"), vec![])),
-            StackStatus::Stopped
-        );
-        assert_eq!(observed_status(&pod(None, Some("Failed"), vec![])), StackStatus::Failed);
-        assert_eq!(observed_status(&Pod::default()), StackStatus::Creating);
     }
 
     #[test]

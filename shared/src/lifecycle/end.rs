@@ -28,7 +28,7 @@ pub enum ObjectKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RecordWrite {
     Written,
-    /// The record was deleted meanwhile.
+    /// The record was deleted meanwhile, or found failed (a tombstone is final).
     Gone,
 }
 
@@ -37,8 +37,15 @@ pub enum RecordWrite {
 pub trait StackRemover: Sync {
     /// Deletes one of our objects; already gone counts as success.
     fn delete_object(&self, kind: ObjectKind, name: &str) -> impl Future<Output = Result<(), RemoveError>> + Send;
-    /// Deletes the record (and its idempotency key); already gone counts as success.
-    fn delete_record(&self, record: &StackRecord) -> impl Future<Output = Result<(), RemoveError>> + Send;
+    /// Deletes the record (and its idempotency key); already gone counts as success. With
+    /// `unless_failed`, a record found failed meanwhile (a tombstone) stays, also a success.
+    fn delete_record(
+        &self,
+        record: &StackRecord,
+        unless_failed: bool,
+    ) -> impl Future<Output = Result<(), RemoveError>> + Send;
+    /// The record's objects are gone: what this process remembers of its ports may go too.
+    fn objects_released(&self, _record: &StackRecord) {}
     fn write_observed(
         &self,
         id: &StackId,
@@ -76,14 +83,22 @@ impl Removal {
 }
 
 /// Service and pod first; the record only once both deletes succeeded, so that a failure
-/// leaves the record for the next attempt (or pass) to finish.
+/// leaves the record for the next attempt (or pass) to finish. A failed stack keeps its
+/// record (marked failed first): the tombstone the lifecycle rule removes after its retention.
 pub async fn end_stack<R: StackRemover>(remover: &R, removal: &Removal, now: Timestamp) -> Result<(), RemoveError> {
     if let Some(mark) = &removal.mark {
-        // `Gone` only means someone else removed the record; the objects may remain.
+        // `Gone` only means someone else removed the record (or found it failed); the
+        // objects may remain.
         remover.write_observed(&removal.record.stack_id, mark, now).await?;
     }
     delete_objects(remover, removal.service.as_deref(), removal.pod.as_deref()).await?;
-    remover.delete_record(&removal.record).await
+    remover.objects_released(&removal.record);
+    if removal.reason.keeps_record() {
+        return Ok(());
+    }
+    remover
+        .delete_record(&removal.record, removal.reason.yields_to_failure())
+        .await
 }
 
 /// Deletes the named service and pod together; either already gone counts as success.

@@ -7,8 +7,8 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::cluster::{Scheduling, node_external_ip, observed_status, scheduling_of};
-use crate::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, StackStatus};
+use crate::cluster::{PodHealth, Scheduling, node_external_ip, pod_health, scheduling_of};
+use crate::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
 /// What every namespaced object contributes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,8 +26,8 @@ pub struct ObjectView {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodView {
     pub object: ObjectView,
-    /// What the pod's phase means for its stack.
-    pub status: StackStatus,
+    /// What its status shows: Ready, still starting, failed, ended or refused.
+    pub health: PodHealth,
     pub scheduling: Scheduling,
 }
 
@@ -64,7 +64,7 @@ impl PodView {
     pub fn of(pod: &Pod) -> Self {
         Self {
             object: ObjectView::of(&pod.metadata),
-            status: observed_status(pod),
+            health: pod_health(pod),
             scheduling: scheduling_of(pod),
         }
     }
@@ -119,7 +119,7 @@ mod tests {
     }
 
     #[test]
-    fn pod_projection_keeps_phase_schedule_age_and_deletion() {
+    fn pod_projection_keeps_health_schedule_age_and_deletion() {
         let mut m = meta(&[(MANAGED_BY_LABEL, MANAGED_BY_VALUE)]);
         m.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
         let pod = Pod {
@@ -129,12 +129,12 @@ mod tests {
                 ..PodSpec::default()
             }),
             status: Some(PodStatus {
-                phase: Some("Failed".into()),
+                phase: Some("Succeeded".into()),
                 ..PodStatus::default()
             }),
         };
         let view = PodView::of(&pod);
-        assert_eq!(view.status, StackStatus::Failed);
+        assert_eq!(view.health, PodHealth::Succeeded);
         assert_eq!(view.scheduling, Scheduling::Scheduled("n1".into()));
         assert_eq!(view.object.created_at, Some(Timestamp::UNIX_EPOCH));
         assert_eq!(view.object.namespace, "stacks");

@@ -88,7 +88,9 @@ enum Outcome {
 impl Kind {
     fn of(action: &Action) -> Self {
         match action {
-            Action::Remove(r) if r.reason == RemovalReason::Expired => Kind::Expired,
+            Action::Remove(r) if matches!(r.reason, RemovalReason::Expired | RemovalReason::RetentionEnded) => {
+                Kind::Expired
+            }
             Action::Remove(_) => Kind::Drift,
             Action::DeleteOrphan { .. } => Kind::Orphan,
             Action::UpdateStatus { .. } => Kind::StatusUpdate,
@@ -189,7 +191,7 @@ fn failed(err: &dyn std::error::Error, action: &'static str, subject: &str) -> O
 mod tests {
     use super::*;
     use crate::lifecycle::{ObjectKind, Removal};
-    use crate::model::{JobStatus, StackRecord, StackStatus};
+    use crate::model::{Failure, FailureReason, JobStatus, StackRecord, StackStatus};
     use crate::store::ObservedState;
     use std::collections::HashSet;
     use std::sync::Mutex;
@@ -199,6 +201,8 @@ mod tests {
     #[derive(Default)]
     struct Fake {
         calls: Mutex<Vec<String>>,
+        /// Records whose delete spares a tombstone.
+        unless_failed: Mutex<Vec<String>>,
         failing: HashSet<String>,
         not_found: HashSet<String>,
         gone_records: HashSet<String>,
@@ -233,7 +237,10 @@ mod tests {
         async fn delete_object(&self, kind: ObjectKind, name: &str) -> Result<(), RemoveError> {
             self.call(format!("{kind:?}/{name}")).await
         }
-        async fn delete_record(&self, record: &StackRecord) -> Result<(), RemoveError> {
+        async fn delete_record(&self, record: &StackRecord, unless_failed: bool) -> Result<(), RemoveError> {
+            if unless_failed {
+                self.unless_failed.lock().unwrap().push(record.stack_id.to_string());
+            }
             self.call(format!("record/{}", record.stack_id)).await
         }
         async fn write_observed(
@@ -287,6 +294,7 @@ mod tests {
                 status: StackStatus::Running,
                 node_id: "n1".into(),
                 node_public_ip: None,
+                failure: None,
             },
         }
     }
@@ -384,6 +392,7 @@ mod tests {
                 status: StackStatus::NodeDeleted,
                 node_id: "n1".into(),
                 node_public_ip: None,
+                failure: None,
             });
         }
         let fake = Fake::default();
@@ -397,6 +406,52 @@ mod tests {
         let calls = fake.calls();
         assert_eq!(calls.first(), Some(&format!("status/{}=node_deleted", id(1))));
         assert_eq!(calls.last(), Some(&format!("record/{}", id(1))));
+    }
+
+    #[tokio::test]
+    async fn a_failed_stack_loses_its_objects_and_keeps_its_record() {
+        let mut action = removal(1, RemovalReason::Failed);
+        if let Action::Remove(r) = &mut action {
+            r.mark = Some(ObservedState {
+                status: StackStatus::Failed,
+                node_id: "n1".into(),
+                node_public_ip: None,
+                failure: Some(Failure::new(FailureReason::ImageNotFound, "not found")),
+            });
+        }
+        let fake = Fake::default();
+        assert_eq!(
+            go(&fake, vec![action], limits(1)).await,
+            Tally {
+                drift: 1,
+                ..Tally::default()
+            }
+        );
+        let mut calls = fake.calls();
+        assert_eq!(calls.remove(0), format!("status/{}=failed", id(1)));
+        calls.sort();
+        assert_eq!(calls, [format!("Pod/{}", id(1)), format!("Service/svc-{}", id(1))]);
+
+        // Its retention over, the tombstone goes like an expired stack.
+        let fake = Fake::default();
+        let tally = go(&fake, vec![removal(1, RemovalReason::RetentionEnded)], limits(1)).await;
+        assert_eq!(tally.expired, 1);
+        assert_eq!(fake.calls().last(), Some(&format!("record/{}", id(1))));
+    }
+
+    #[tokio::test]
+    async fn only_drift_spares_a_record_found_failed_meanwhile() {
+        let fake = Fake::default();
+        let actions = vec![
+            removal(1, RemovalReason::PodMissing),
+            removal(2, RemovalReason::Expired),
+            removal(3, RemovalReason::Rejected),
+            removal(4, RemovalReason::RetentionEnded),
+            removal(5, RemovalReason::Deleted),
+        ];
+        go(&fake, actions, limits(1)).await;
+        let guarded = fake.unless_failed.lock().unwrap().clone();
+        assert_eq!(guarded, [id(1).to_string(), id(3).to_string()]);
     }
 
     #[tokio::test]

@@ -200,14 +200,16 @@ pub fn plan(snapshot: Snapshot, now: Timestamp, config: &PlanConfig) -> Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::Scheduling;
+    use crate::cluster::{PodHealth, Scheduling, kubelet};
     use crate::lifecycle::RemovalReason;
-    use crate::model::{JobStatus, PortMapping, Protocol, StackStatus};
+    use crate::model::{Failure, FailureReason, JobStatus, PortMapping, Protocol, StackStatus};
     use jiff::SignedDuration;
 
     const NS: &str = "stacks";
     const GRACE: Duration = Duration::from_secs(120);
     const SCHED: Duration = Duration::from_secs(20);
+    const START: Duration = Duration::from_secs(300);
+    const RETENTION: Duration = Duration::from_secs(600);
 
     fn config() -> PlanConfig {
         PlanConfig {
@@ -215,6 +217,8 @@ mod tests {
             orphan_grace: GRACE,
             rules: Rules {
                 scheduling_timeout: SCHED,
+                start_timeout: START,
+                failed_retention: RETENTION,
                 reap_terminated: false,
             },
             job_idle: Duration::from_secs(30),
@@ -268,9 +272,28 @@ mod tests {
     fn pod(n: u64) -> PodView {
         PodView {
             object: object(id(n).pod_name(), ago(600)),
-            status: StackStatus::Running,
+            health: PodHealth::Ready,
             scheduling: Scheduling::Scheduled("n1".into()),
         }
+    }
+
+    /// Not Ready yet, nothing wrong seen.
+    fn starting() -> PodHealth {
+        PodHealth::Starting(Failure::new(FailureReason::StartTimeout, "phase Pending"))
+    }
+
+    /// What the kubelet shows of a container that exited 1.
+    fn failed_health() -> PodHealth {
+        PodView::of(&kubelet::exited(1, "Error", None)).health
+    }
+
+    /// Stack `n`, failed `secs` ago: its objects gone, its record a tombstone.
+    fn tombstone(n: u64, secs: i64) -> StackRecord {
+        record(n).failed(
+            FailureReason::ImageNotFound,
+            "container web: ErrImagePull: not found",
+            ago(secs),
+        )
     }
 
     fn service(n: u64) -> ServiceView {
@@ -418,13 +441,24 @@ mod tests {
             ),
             (
                 "succeeded pod kept until ttl",
-                |s| s.pods[0].status = StackStatus::Stopped,
+                |s| s.pods[0].health = PodHealth::Succeeded,
                 None,
             ),
             (
-                "failed pod kept until ttl",
-                |s| s.pods[0].status = StackStatus::Failed,
-                None,
+                "failed pod: objects removed, record kept",
+                |s| s.pods[0].health = failed_health(),
+                Some(RemovalReason::Failed),
+            ),
+            (
+                "pod refused by its kubelet",
+                |s| {
+                    s.pods[0].health = PodView::of(&kubelet::rejected(
+                        "OutOfmemory",
+                        "Node didn't have enough resource: memory",
+                    ))
+                    .health;
+                },
+                Some(RemovalReason::Rejected),
             ),
         ];
         for (name, edit, want) in cases {
@@ -435,18 +469,23 @@ mod tests {
     }
 
     #[test]
-    fn terminated_pods_are_reaped_only_when_configured() {
-        for status in [StackStatus::Stopped, StackStatus::Failed] {
-            let mut snapshot = healthy();
-            snapshot.pods[0].status = status;
-            let reaping = reaping();
-            assert_eq!(
-                reason(&plan(snapshot.clone(), now(), &reaping)),
-                Some(RemovalReason::Terminated)
-            );
-            assert_eq!(reason(&plan(snapshot, now(), &config())), None);
-        }
+    fn succeeded_pods_are_reaped_only_when_configured_and_failed_ones_always_leave_a_tombstone() {
+        let mut snapshot = healthy();
+        snapshot.pods[0].health = PodHealth::Succeeded;
         let reaping = reaping();
+        assert_eq!(
+            reason(&plan(snapshot.clone(), now(), &reaping)),
+            Some(RemovalReason::Terminated)
+        );
+        assert_eq!(reason(&plan(snapshot, now(), &config())), None);
+        let mut snapshot = healthy();
+        snapshot.pods[0].health = failed_health();
+        for config in [config(), reaping.clone()] {
+            assert_eq!(
+                reason(&plan(snapshot.clone(), now(), &config)),
+                Some(RemovalReason::Failed)
+            );
+        }
         assert_eq!(
             plan(healthy(), now(), &reaping).actions,
             vec![],
@@ -510,7 +549,8 @@ mod tests {
             Some(ObservedState {
                 status: StackStatus::NodeDeleted,
                 node_id: "n1".into(),
-                node_public_ip: Some("203.0.113.1".into())
+                node_public_ip: Some("203.0.113.1".into()),
+                failure: None,
             })
         );
         // Already marked by an earlier pass whose removal failed: not written again.
@@ -527,6 +567,7 @@ mod tests {
             status: StackStatus::Running,
             node_id: "n1".into(),
             node_public_ip: Some("203.0.113.1".into()),
+            failure: None,
         };
         let cases: Vec<(&str, Edit, Option<ObservedState>)> = vec![
             ("nothing changed", |_| {}, None),
@@ -545,19 +586,31 @@ mod tests {
                     s.records[0].status = StackStatus::Creating;
                     s.records[0].node_id = String::new();
                     s.records[0].node_public_ip = None;
-                    s.pods[0].status = StackStatus::Creating;
+                    s.pods[0].health = starting();
                     s.pods[0].scheduling = Scheduling::Pending;
                     s.records[0].created_at = ago(5);
                 },
                 None,
             ),
             (
-                "scheduled but not running yet",
+                "scheduled but not ready yet",
                 |s| {
                     s.records[0].status = StackStatus::Creating;
                     s.records[0].node_id = String::new();
                     s.records[0].node_public_ip = None;
-                    s.pods[0].status = StackStatus::Creating;
+                    s.records[0].created_at = ago(60);
+                    s.pods[0].health = starting();
+                },
+                Some(ObservedState {
+                    status: StackStatus::Creating,
+                    ..running_on_n1.clone()
+                }),
+            ),
+            (
+                "running record, readiness lost within the start timeout -> creating",
+                |s| {
+                    s.records[0].created_at = ago(60);
+                    s.pods[0].health = starting();
                 },
                 Some(ObservedState {
                     status: StackStatus::Creating,
@@ -566,17 +619,9 @@ mod tests {
             ),
             (
                 "succeeded -> stopped",
-                |s| s.pods[0].status = StackStatus::Stopped,
+                |s| s.pods[0].health = PodHealth::Succeeded,
                 Some(ObservedState {
                     status: StackStatus::Stopped,
-                    ..running_on_n1.clone()
-                }),
-            ),
-            (
-                "failed -> failed",
-                |s| s.pods[0].status = StackStatus::Failed,
-                Some(ObservedState {
-                    status: StackStatus::Failed,
                     ..running_on_n1.clone()
                 }),
             ),
@@ -584,7 +629,7 @@ mod tests {
                 "terminal record keeps its status when the phase is unknown",
                 |s| {
                     s.records[0].status = StackStatus::Stopped;
-                    s.pods[0].status = StackStatus::Creating;
+                    s.pods[0].health = starting();
                 },
                 None,
             ),
@@ -625,6 +670,84 @@ mod tests {
             assert_eq!(got, want.iter().collect::<Vec<_>>(), "{name}");
             assert!(removal(&p).is_none(), "{name}");
         }
+    }
+
+    #[test]
+    fn a_failing_stack_loses_its_objects_and_keeps_its_record_marked_failed() {
+        let mut snapshot = healthy();
+        snapshot.pods[0].health = PodView::of(&kubelet::waiting_for("ErrImagePull", Some(kubelet::NOT_FOUND))).health;
+        let p = run(snapshot);
+        assert_eq!(p.actions.len(), 1, "{:?}", p.actions);
+        let r = removal(&p).unwrap();
+        assert_eq!(r.reason, RemovalReason::Failed);
+        assert!(r.reason.keeps_record());
+        assert_eq!(r.pod.as_deref(), Some(id(1).pod_name().as_str()));
+        assert_eq!(r.service.as_deref(), Some(id(1).service_name().as_str()));
+        let mark = r.mark.as_ref().unwrap();
+        assert_eq!(mark.status, StackStatus::Failed);
+        assert_eq!(
+            mark.failure.as_ref().map(|f| f.reason),
+            Some(FailureReason::ImageNotFound)
+        );
+
+        // Past its start deadline, a stack that is not Ready fails (it is never left creating).
+        let mut snapshot = healthy();
+        snapshot.pods[0].health = starting();
+        let r = run(snapshot);
+        let mark = removal(&r).and_then(|r| r.mark.clone()).unwrap();
+        assert_eq!(mark.failure.map(|f| f.reason), Some(FailureReason::StartTimeout));
+    }
+
+    #[test]
+    fn a_tombstone_is_neither_drift_nor_orphaned_and_goes_after_its_retention() {
+        // Within the window, without objects (as a failure leaves it): nothing to do, its
+        // idempotency key stays with it.
+        let claim = (
+            "key-1".to_owned(),
+            IdempotencyClaim {
+                body_sha256: "h".into(),
+                stack_id: id(1),
+                claimed_at: ago(3_600),
+            },
+        );
+        let quiet = Snapshot {
+            records: vec![tombstone(1, 599)],
+            nodes: vec![node("n1", "203.0.113.1")],
+            claims: vec![claim.clone()],
+            ..Snapshot::default()
+        };
+        let p = run(quiet.clone());
+        assert_eq!(p.actions, vec![]);
+        assert_eq!(p.scanned, 1);
+
+        // Objects left by a removal that failed half-way are removed again; the record stays.
+        let mut leftovers = quiet.clone();
+        leftovers.pods.push(pod(1));
+        leftovers.services.push(service(1));
+        let p = run(leftovers);
+        assert_eq!(p.actions.len(), 1, "{:?}", p.actions);
+        let r = removal(&p).unwrap();
+        assert_eq!((r.reason, r.mark.clone()), (RemovalReason::Failed, None));
+        assert!(r.pod.is_some() && r.service.is_some());
+
+        // After the window: the record goes (its key with it, in the same removal).
+        let mut old = quiet.clone();
+        old.records = vec![tombstone(1, 601)];
+        let p = run(old);
+        assert_eq!(p.actions.len(), 1, "{:?}", p.actions);
+        let r = removal(&p).unwrap();
+        assert_eq!(r.reason, RemovalReason::RetentionEnded);
+        assert_eq!((r.pod.clone(), r.service.clone()), (None, None));
+
+        // A stale claim of a tombstone is not released apart from it.
+        let mut released = quiet;
+        released.records.clear();
+        assert!(
+            run(released)
+                .actions
+                .iter()
+                .any(|a| matches!(a, Action::ReleaseClaim { .. }))
+        );
     }
 
     #[test]

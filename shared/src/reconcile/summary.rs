@@ -17,10 +17,12 @@ pub struct Summary {
     pub lease_held: bool,
     /// Stack records looked at.
     pub scanned: usize,
-    /// Stacks ended because their TTL passed.
+    /// Stacks ended because their TTL passed, and failed stacks' records whose retention
+    /// (`STACK_FAILED_RETENTION`) passed.
     pub expired: usize,
-    /// Stacks ended because the cluster lost part of them, never scheduled them or (with
-    /// `STACK_REAP_TERMINATED`) their pod ended.
+    /// Stacks ended because the cluster lost part of them, never scheduled them, refused
+    /// their pod, their pod failed or could not start (objects removed, record kept) or
+    /// (with `STACK_REAP_TERMINATED`) their pod succeeded.
     pub drift: usize,
     /// Unclaimed objects of ours deleted.
     pub orphans: usize,

@@ -36,7 +36,8 @@ pub struct PortCapacity {
     /// Stack ports the range holds in this mode.
     pub total: u32,
     /// Taken by live stacks of either mode (a stack of the other mode, left from before a
-    /// switch, counts with what it blocks: a service's port on every node).
+    /// switch, counts with what it blocks: a service's port on every node); failed stacks'
+    /// tombstones hold none.
     pub used: u32,
     pub free: u32,
 }
@@ -53,10 +54,11 @@ impl PortCapacity {
     fn of(records: &[StackUsage], schedulable_nodes: u32, settings: &PortSettings<'_>) -> Self {
         let (min, max) = settings.range;
         let range_ports = u32::from(max.saturating_sub(min)) + u32::from(max >= min);
+        // A failed stack's tombstone lists the ports it had; its objects no longer hold them.
         let ports_of = |exposure| {
             records
                 .iter()
-                .filter(move |r| r.exposure == exposure)
+                .filter(move |r| r.exposure == exposure && !r.status.is_tombstone())
                 .flat_map(|r| r.ports.iter().map(|p| p.node_port))
         };
         let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
@@ -94,7 +96,7 @@ pub struct NodeCapacity {
     /// Requests of the active stacks placed on this node.
     pub reserved_cpu_milli: i64,
     pub reserved_memory_bytes: i64,
-    /// Stacks placed on this node, whatever their status.
+    /// Stacks placed on this node, whatever their status (but failed: their pod is gone).
     pub stacks: usize,
     /// Ready condition is `True`.
     pub ready: bool,
@@ -111,7 +113,10 @@ impl Capacity {
             .filter(|n| has_role(n, ports.node_role))
             .filter_map(|n| Some((n.metadata.name.clone()?, node_capacity(n))))
             .collect();
-        for record in records.iter().filter(|r| !r.node_id.is_empty()) {
+        for record in records
+            .iter()
+            .filter(|r| !r.node_id.is_empty() && !r.status.is_tombstone())
+        {
             // A stack on a node without the role (relabelled since) still counts there.
             let node = by_node.entry(record.node_id.clone()).or_default();
             node.stacks += 1;
@@ -241,6 +246,27 @@ mod tests {
         assert_eq!(c.nodes["b"].stacks, 0);
         assert_eq!(c.allocatable_cpu_milli, 3500);
         assert_eq!(c.allocatable_memory_bytes, 5 << 30);
+    }
+
+    #[test]
+    fn a_failed_stacks_tombstone_holds_no_port_node_or_resources() {
+        let nodes = [node("a", "stack", "2", "4Gi")];
+        let live = [record("a", StackStatus::Running, 2)];
+        let with_tombstones = [
+            record("a", StackStatus::Running, 2),
+            record("a", StackStatus::Failed, 1),
+            hostport(record("a", StackStatus::Failed, 3)),
+        ];
+        for exposure in [Exposure::NodePort, Exposure::HostPort] {
+            let settings = settings(exposure, (31001, 31010));
+            assert_eq!(
+                Capacity::of(&with_tombstones, &nodes, &settings),
+                Capacity::of(&live, &nodes, &settings),
+                "{exposure:?}"
+            );
+        }
+        let c = Capacity::of(&with_tombstones, &nodes, &settings(Exposure::NodePort, (31001, 31010)));
+        assert_eq!((c.node_ports.used, c.nodes["a"].stacks), (2, 1));
     }
 
     #[test]

@@ -10,12 +10,15 @@
 //! 3. expose it: in nodeport mode, create the NodePort service, labelled the same and owned
 //!    by the pod (the garbage collector deletes it with the pod); in hostport mode the pod
 //!    itself holds its ports (`hostPort`, chosen before step 2);
-//! 4. wait, with one watch, until the pod has started or the scheduler refused it (bounded by
-//!    `STACK_CREATE_WAIT`); in hostport mode, a refusal for taken ports (another
-//!    creator took them on every node meanwhile) deletes the pod and goes back to step 2 with
-//!    other ports, at most [`HOST_PORT_ATTEMPTS`] times;
+//! 4. wait, with one watch, until the pod is Ready, shows it never will be (a definite
+//!    failure, see [`crate::lifecycle`]), or the scheduler or its kubelet refused it (bounded
+//!    by `STACK_CREATE_WAIT`); in hostport mode, a refusal for taken ports (another creator
+//!    took them on every node meanwhile, or the node's kubelet found them taken) deletes the
+//!    pod and goes back to step 2 with other ports, at most [`HOST_PORT_ATTEMPTS`] times; any
+//!    other kubelet refusal (the node out of CPU, memory, pods) is a 503;
 //! 5. write the stack record, last, with the pod as applied (in hostport mode with the host
-//!    ports it got) as its `pod_spec`.
+//!    ports it got) as its `pod_spec`; a stack already failed is written as its tombstone and
+//!    its objects go through the removal path, and the answer says `failed` and why.
 //!
 //! Dying after 2 or 3 leaves labelled objects without a record: orphans the reconciler deletes
 //! once they are older than `STACK_ORPHAN_GRACE`. A claimed key without a record is taken over
@@ -36,10 +39,13 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 
 use super::{StackError, Stacks, fit, signed};
-use crate::cluster::{STACK_NODES_TTL, Scheduling, is_port_conflict, observed_status, scheduling_of, with_host_ports};
+use crate::cluster::{
+    PodHealth, STACK_NODES_TTL, Scheduling, is_port_conflict, pod_health, scheduling_of, with_host_ports,
+};
 use crate::config::OnUnschedulable;
 use crate::deadlines::{ABANDONED_CLAIM_AGE, CREATE_CLEANUP_BUDGET, CREATE_WORK_BUDGET};
-use crate::model::{Exposure, PortMapping, StackId, StackRecord, StackStatus, TargetPort};
+use crate::lifecycle::{PodVerdict, Removal, RemovalReason, Rules, judge_pod};
+use crate::model::{Exposure, Failure, PortMapping, StackId, StackRecord, StackStatus, TargetPort};
 use crate::store::{IdempotencyClaim, Manifest, ObservedState, StoreError, StoredManifest};
 use crate::validate::{self, HardenedPod};
 
@@ -257,6 +263,17 @@ impl Stacks {
         let record = self.new_record(id, hardened, request, ports, placement);
         progress.reach(Reached::Record);
         self.put_record(&record, &manifest).await?;
+        if record.status.is_tombstone() {
+            // It will never run: its objects go now, its record stays to say why. What a
+            // failed removal leaves, the next read or pass removes (the rule's tombstone case).
+            tracing::info!(stack_id = %id, reason = ?record.reason, "stack failed at create, removing its objects");
+            if let Err(err) = self
+                .remove(&Removal::of(record.clone(), RemovalReason::Failed, None))
+                .await
+            {
+                tracing::warn!(stack_id = %id, error = %err, "could not remove the objects of a failed stack");
+            }
+        }
         Ok(record)
     }
 
@@ -290,8 +307,9 @@ impl Stacks {
 
     /// Steps 2-4 in hostport mode: the pod with host ports of the range that some node still
     /// has free, as far as this process knows; other ports when the scheduler finds them
-    /// taken everywhere (the NodePorts filter), 503 when no choice is left. Returns the pod as
-    /// it was sent, with the host ports that held.
+    /// taken everywhere (the NodePorts filter) or the node's kubelet finds them taken (its
+    /// NodePorts admission check), `503 no available nodeport` when no choice is left.
+    /// Returns the pod as it was sent, with the host ports that held.
     async fn place_on_host_ports(
         &self,
         id: &StackId,
@@ -307,43 +325,47 @@ impl Stacks {
             let pod = self.cluster.create_pod(&applied).await?;
             self.cluster.mark_host_ports_used(&ports);
             let pod = self.cluster.wait_settled(pod, self.left(started)).await?;
-            match scheduling_of(&pod) {
-                Scheduling::Unschedulable(why) if is_port_conflict(&why) => {
-                    tracing::debug!(stack_id = %id, attempt, ?ports, "host ports taken on every node, choosing again");
-                    self.cluster.delete_pod(&id.pod_name()).await?;
-                    self.cluster.release_node_ports(&ports);
-                    if let [only] = ports.as_slice() {
-                        // Alone, it is certainly the taken one.
-                        self.cluster.mark_ports_full(std::slice::from_ref(only));
-                    }
-                    rejected.extend(ports.iter().map(|p| p.node_port));
-                }
-                _ => return Ok((ports, self.placement(&pod).await?, applied)),
+            if !host_ports_taken(&pod) {
+                return Ok((ports, self.placement(&pod).await?, applied));
             }
+            tracing::debug!(stack_id = %id, attempt, ?ports, "host ports taken, choosing again");
+            self.cluster.delete_pod(&id.pod_name()).await?;
+            self.cluster.release_node_ports(&ports);
+            if let [only] = ports.as_slice() {
+                // Alone, it is certainly the taken one.
+                self.cluster.mark_ports_full(std::slice::from_ref(only));
+            }
+            rejected.extend(ports.iter().map(|p| p.node_port));
         }
-        Err(StackError::Saturated(format!(
-            "no node has the chosen host ports free after {HOST_PORT_ATTEMPTS} choices"
-        )))
+        tracing::info!(stack_id = %id, "chosen host ports taken {HOST_PORT_ATTEMPTS} times, refusing");
+        Err(StackError::NoNodePort)
     }
 
-    /// Where the settled `pod` stands: `running` with its node and address when it started
-    /// within `STACK_CREATE_WAIT`, else `creating` with what is known so far; a pod the
-    /// scheduler refused fails the create unless `STACK_ON_UNSCHEDULABLE=wait`.
+    /// Where the settled `pod` stands, by the lifecycle rule's pod part: `running` with its
+    /// node and address when it was Ready within `STACK_CREATE_WAIT`, `failed` with the
+    /// reason when it showed it never will be, else `creating` with what is known so far. A
+    /// pod the scheduler refused fails the create unless `STACK_ON_UNSCHEDULABLE=wait`; one
+    /// its kubelet refused (the node out of a resource) fails it with the capacity 503.
     async fn placement(&self, pod: &Pod) -> Result<ObservedState, StackError> {
-        match scheduling_of(pod) {
-            Scheduling::Unschedulable(why) => match self.config.on_unschedulable {
-                OnUnschedulable::Fail => Err(StackError::Saturated(why)),
-                // Left pending for an autoscaler to add a node; the lifecycle rule ends it
-                // after the scheduling timeout.
-                OnUnschedulable::Wait => Ok(not_placed()),
-            },
-            Scheduling::Pending => Ok(not_placed()),
-            Scheduling::Scheduled(node_name) => Ok(ObservedState {
-                status: observed_status(pod),
-                node_public_ip: self.cluster.node_public_ip(&node_name).await?,
-                node_id: node_name,
-            }),
-        }
+        let node_name = match scheduling_of(pod) {
+            Scheduling::Unschedulable(why) => {
+                return match self.config.on_unschedulable {
+                    OnUnschedulable::Fail => Err(StackError::Saturated(why)),
+                    // Left pending for an autoscaler to add a node; the lifecycle rule ends it
+                    // after the scheduling timeout.
+                    OnUnschedulable::Wait => Ok(not_placed()),
+                };
+            }
+            Scheduling::Pending => return Ok(not_placed()),
+            Scheduling::Scheduled(node_name) => node_name,
+        };
+        let (status, failure) = status_at_create(pod, &Rules::of(&self.config))?;
+        Ok(ObservedState {
+            status,
+            node_public_ip: self.cluster.node_public_ip(&node_name).await?,
+            node_id: node_name,
+            failure,
+        })
     }
 
     fn new_record(
@@ -375,6 +397,9 @@ impl Stacks {
             requested_cpu_milli: hardened.requested_cpu_milli,
             requested_memory_bytes: hardened.requested_memory_bytes,
             idempotency_key: request.idempotency_key.clone(),
+            failed_at: placement.failure.is_some().then_some(now),
+            reason: placement.failure.as_ref().map(|f| f.reason),
+            message: placement.failure.map(|f| f.message),
         }
     }
 
@@ -396,11 +421,120 @@ impl Stacks {
     }
 }
 
+/// Whether the scheduler (on every node) or the pod's kubelet (on its node) found the pod's
+/// host ports taken: other ports may fit.
+fn host_ports_taken(pod: &Pod) -> bool {
+    match scheduling_of(pod) {
+        Scheduling::Unschedulable(why) => is_port_conflict(&why),
+        Scheduling::Scheduled(_) | Scheduling::Pending => {
+            matches!(pod_health(pod), PodHealth::Rejected(r) if r.is_port_conflict())
+        }
+    }
+}
+
+/// What a create answers for its placed pod: the lifecycle rule's pod part for a stack
+/// created now (only what is already certain counts, no deadline has passed), and the
+/// capacity 503 for a pod its kubelet refused.
+fn status_at_create(pod: &Pod, rules: &Rules) -> Result<(StackStatus, Option<Failure>), StackError> {
+    let now = Timestamp::now();
+    match judge_pod(now, &pod_health(pod), now, rules) {
+        PodVerdict::Live(status) => Ok((status, None)),
+        PodVerdict::Failed(failure) => Ok((StackStatus::Failed, Some(failure))),
+        PodVerdict::Rejected(rejection) => Err(StackError::Saturated(rejection.message)),
+    }
+}
+
 /// A stack whose pod has no node yet.
 fn not_placed() -> ObservedState {
     ObservedState {
         status: StackStatus::Creating,
         node_id: String::new(),
         node_public_ip: None,
+        failure: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use k8s_openapi::api::core::v1::PodCondition;
+
+    use super::*;
+    use crate::cluster::kubelet;
+    use crate::model::FailureReason;
+
+    const RULES: Rules = Rules {
+        scheduling_timeout: Duration::from_secs(20),
+        start_timeout: Duration::from_secs(320),
+        failed_retention: Duration::from_secs(600),
+        reap_terminated: false,
+    };
+
+    /// Not bound: the scheduler's answer in its `PodScheduled` condition.
+    fn unschedulable(message: &str) -> Pod {
+        let mut pod = kubelet::just_bound();
+        if let Some(spec) = pod.spec.as_mut() {
+            spec.node_name = None;
+        }
+        if let Some(status) = pod.status.as_mut() {
+            status.conditions = Some(vec![PodCondition {
+                type_: "PodScheduled".into(),
+                status: "False".into(),
+                reason: Some("Unschedulable".into()),
+                message: Some(message.into()),
+                ..PodCondition::default()
+            }]);
+        }
+        pod
+    }
+
+    #[test]
+    fn host_ports_taken_by_the_scheduler_or_the_kubelet_are_chosen_again() {
+        assert!(host_ports_taken(&unschedulable(
+            "0/2 nodes are available: 2 node(s) didn't have free ports for the requested pod ports. preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."
+        )));
+        assert!(host_ports_taken(&kubelet::rejected(
+            "NodePorts",
+            "Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports"
+        )));
+        assert!(!host_ports_taken(&unschedulable(
+            "0/2 nodes are available: 2 Insufficient cpu."
+        )));
+        assert!(!host_ports_taken(&kubelet::rejected(
+            "OutOfcpu",
+            "Node didn't have enough resource: cpu, requested: 2000, used: 3850, capacity: 4000"
+        )));
+        assert!(!host_ports_taken(&kubelet::ready()));
+    }
+
+    #[test]
+    fn a_create_answers_running_only_for_a_ready_pod_and_failed_at_once_for_a_definite_cause() {
+        let status = |pod: &Pod| status_at_create(pod, &RULES).map(|(s, f)| (s, f.map(|f| f.reason)));
+        assert_eq!(status(&kubelet::ready()).unwrap(), (StackStatus::Running, None));
+        assert_eq!(
+            status(&kubelet::started_not_ready()).unwrap(),
+            (StackStatus::Creating, None)
+        );
+        assert_eq!(status(&kubelet::pulling()).unwrap(), (StackStatus::Creating, None));
+        // Transient: the create answers `creating`, the start timeout decides later.
+        let refused = kubelet::waiting_for("ErrImagePull", Some(kubelet::REFUSED));
+        assert_eq!(status(&refused).unwrap(), (StackStatus::Creating, None));
+        let missing = kubelet::waiting_for("ErrImagePull", Some(kubelet::NOT_FOUND));
+        assert_eq!(
+            status(&missing).unwrap(),
+            (StackStatus::Failed, Some(FailureReason::ImageNotFound))
+        );
+        // The node refused it: not a failed stack but the capacity 503.
+        let full = kubelet::rejected(
+            "OutOfmemory",
+            "Node didn't have enough resource: memory, requested: 1073741824, used: 7516192768, capacity: 8321499136",
+        );
+        let err = status(&full).unwrap_err();
+        assert!(matches!(err, StackError::Saturated(_)), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "cluster saturated: Pod was rejected: Node didn't have enough resource: memory, requested: 1073741824, used: 7516192768, capacity: 8321499136"
+        );
     }
 }

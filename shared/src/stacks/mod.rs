@@ -205,9 +205,13 @@ impl Stacks {
         &self.cluster
     }
 
-    /// Extends the stack's TTL to now + `STACK_TTL`, capped at its maximum lifetime.
+    /// Extends the stack's TTL to now + `STACK_TTL`, capped at its maximum lifetime. A failed
+    /// stack cannot be renewed: only its tombstone is left.
     pub async fn renew(&self, id: &StackId) -> Result<StackRecord, StackError> {
         let mut record = self.get(id).await?;
+        if record.status.is_tombstone() {
+            return Err(StackError::Conflict("stack failed; it cannot be renewed".into()));
+        }
         let now = Timestamp::now();
         let cap = record
             .created_at
@@ -263,9 +267,21 @@ impl StackRemover for Stacks {
         Ok(())
     }
 
-    async fn delete_record(&self, record: &StackRecord) -> Result<(), RemoveError> {
+    async fn delete_record(&self, record: &StackRecord, unless_failed: bool) -> Result<(), RemoveError> {
+        if !unless_failed {
+            return Ok(self.store.delete_stack(record).await?);
+        }
+        match self.store.delete_stack_unless_failed(record).await {
+            Err(StoreError::ConditionFailed) => {
+                tracing::debug!(stack_id = %record.stack_id, "stack failed meanwhile: its tombstone stays");
+                Ok(())
+            }
+            deleted => Ok(deleted?),
+        }
+    }
+
+    fn objects_released(&self, record: &StackRecord) {
         self.cluster.release_node_ports(&record.ports);
-        Ok(self.store.delete_stack(record).await?)
     }
 
     async fn write_observed(

@@ -1,5 +1,6 @@
 //! Reads, refreshed from the cluster. A read writes to DynamoDB only when something changed,
-//! and removes stacks that turned out to be gone (they then answer 404).
+//! and removes stacks that turned out to be gone (they then answer 404); a stack it finds
+//! failed loses its objects and answers as its tombstone (`failed`, with reason and message).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -44,10 +45,13 @@ pub struct Stats {
 }
 
 impl Stats {
+    /// Failed stacks' tombstones count in `total_stacks` and `status_counts` only: they hold
+    /// no node, port or resources.
     pub fn of(records: &[StackUsage], capacity: Capacity) -> Self {
         let active: Vec<&StackUsage> = records.iter().filter(|r| r.status.is_active()).collect();
+        let holding = || records.iter().filter(|r| !r.status.is_tombstone());
         let mut node_distribution = BTreeMap::new();
-        for record in records.iter().filter(|r| !r.node_id.is_empty()) {
+        for record in holding().filter(|r| !r.node_id.is_empty()) {
             *node_distribution.entry(record.node_id.clone()).or_insert(0) += 1;
         }
         let mut status_counts = BTreeMap::new();
@@ -59,7 +63,7 @@ impl Stats {
             active_stacks: active.len(),
             node_distribution,
             status_counts,
-            used_node_ports: records.iter().map(|r| r.ports.len()).sum(),
+            used_node_ports: holding().map(|r| r.ports.len()).sum(),
             reserved_cpu_milli: active.iter().map(|r| r.requested_cpu_milli).sum(),
             reserved_memory_bytes: active.iter().map(|r| r.requested_memory_bytes).sum(),
             capacity,
@@ -222,7 +226,8 @@ impl Stacks {
     }
 
     /// Brings the record in line with what the cluster shows: `None` if the stack is gone
-    /// (its remains are removed), else the record, written back only if it changed.
+    /// (its remains are removed), else the record, written back only if it changed. A stack
+    /// found failed loses its objects and answers as its tombstone.
     async fn settle(
         &self,
         mut record: StackRecord,
@@ -230,6 +235,15 @@ impl Stacks {
         now: Timestamp,
     ) -> Result<Option<StackRecord>, StackError> {
         match judge(&record, objects, now, &Rules::of(&self.config)) {
+            Verdict::End { reason, mark } if reason.keeps_record() => {
+                let failure = mark.as_ref().and_then(|m| m.failure.as_ref());
+                tracing::info!(stack_id = %record.stack_id, reason = ?failure.map(|f| f.reason), "stack failed, removing its objects");
+                self.remove(&Removal::of(record.clone(), reason, mark.clone())).await?;
+                if let Some(mark) = mark {
+                    mark.apply_to(&mut record, now);
+                }
+                Ok(Some(record))
+            }
             Verdict::End { reason, mark } => {
                 tracing::info!(stack_id = %record.stack_id, ?reason, "stack is gone, removing its remains");
                 self.remove(&Removal::of(record, reason, mark)).await?;
@@ -238,10 +252,7 @@ impl Stacks {
             Verdict::Keep => Ok(Some(record)),
             Verdict::Update(observed) => match self.write_observed(&record.stack_id, &observed, now).await? {
                 RecordWrite::Written => {
-                    record.status = observed.status;
-                    record.node_id = observed.node_id;
-                    record.node_public_ip = observed.node_public_ip;
-                    record.updated_at = now;
+                    observed.apply_to(&mut record, now);
                     Ok(Some(record))
                 }
                 RecordWrite::Gone => Ok(None),
@@ -252,4 +263,61 @@ impl Stacks {
 
 fn stack_label(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<&str> {
     meta.labels.as_ref()?.get(STACK_ID_LABEL).map(String::as_str)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Exposure, FailureReason, PortMapping, Protocol, StackStatus};
+
+    fn usage(node: &str, status: StackStatus, ports: u16) -> StackUsage {
+        let mut record = StackRecord::test()
+            .node(node)
+            .status(status)
+            .ports(
+                (0..ports)
+                    .map(|i| PortMapping {
+                        container_port: 80,
+                        protocol: Protocol::Tcp,
+                        node_port: 31001 + i,
+                    })
+                    .collect(),
+            )
+            .requests(250, 1 << 20);
+        if status == StackStatus::Failed {
+            record = record.failed(FailureReason::ImageNotFound, "not found", Timestamp::UNIX_EPOCH);
+        }
+        StackUsage::from(&record)
+    }
+
+    fn stats(records: &[StackUsage]) -> Stats {
+        let settings = PortSettings {
+            exposure: Exposure::NodePort,
+            range: (31001, 31010),
+            node_role: "stack",
+        };
+        Stats::of(records, Capacity::of(records, &[], &settings))
+    }
+
+    #[test]
+    fn stats_count_a_failed_stacks_tombstone_but_no_port_node_or_resources() {
+        let live = [
+            usage("a", StackStatus::Running, 2),
+            usage("b", StackStatus::Creating, 1),
+        ];
+        let mut all = live.to_vec();
+        all.push(usage("a", StackStatus::Failed, 3));
+        all.push(usage("", StackStatus::Failed, 1));
+        let (with, without) = (stats(&all), stats(&live));
+        assert_eq!((with.total_stacks, without.total_stacks), (4, 2));
+        assert_eq!(with.status_counts.get("failed"), Some(&2));
+        assert_eq!(with.active_stacks, 2);
+        assert_eq!(with.used_node_ports, 3);
+        assert_eq!(with.node_distribution, without.node_distribution);
+        assert_eq!(
+            (with.reserved_cpu_milli, with.reserved_memory_bytes),
+            (without.reserved_cpu_milli, without.reserved_memory_bytes)
+        );
+        assert_eq!(with.capacity, without.capacity);
+    }
 }

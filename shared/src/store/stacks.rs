@@ -18,7 +18,7 @@ use super::cursor::ListCursor;
 use super::item::{Item, PK, SK, Unreadable, key, read_item, readable, s, take_key, to_item};
 use super::manifest::{self, MANIFEST_ATTR, StoredManifest};
 use super::{Store, StoreError, idempotency};
-use crate::model::{StackId, StackRecord, StackStatus, StackUsage};
+use crate::model::{Failure, StackId, StackRecord, StackStatus, StackUsage};
 
 const STACK_PK: &str = "STACK";
 const MANIFEST_PK: &str = "MANIFEST";
@@ -61,6 +61,8 @@ pub struct ObservedState {
     pub status: StackStatus,
     pub node_id: String,
     pub node_public_ip: Option<String>,
+    /// Why it failed: set with status `failed` only.
+    pub failure: Option<Failure>,
 }
 
 impl ObservedState {
@@ -69,6 +71,23 @@ impl ObservedState {
             status: record.status,
             node_id: record.node_id.clone(),
             node_public_ip: record.node_public_ip.clone(),
+            failure: record.failure(),
+        }
+    }
+
+    /// `record` as [`Store::update_observed`] leaves it when writing this at `now`.
+    pub fn apply_to(&self, record: &mut StackRecord, now: Timestamp) {
+        record.status = self.status;
+        record.node_id.clone_from(&self.node_id);
+        record.node_public_ip.clone_from(&self.node_public_ip);
+        record.updated_at = now;
+        match &self.failure {
+            Some(failure) => {
+                record.reason = Some(failure.reason);
+                record.message = Some(failure.message.clone());
+                record.failed_at = Some(now);
+            }
+            None => (record.reason, record.message, record.failed_at) = (None, None, None),
         }
     }
 }
@@ -107,14 +126,7 @@ impl Store {
             .send()
             .await
             .map_err(|e| {
-                let refused = match e.as_service_error() {
-                    Some(TransactWriteItemsError::TransactionCanceledException(cancel)) => cancel
-                        .cancellation_reasons()
-                        .iter()
-                        .any(|r| r.code() == Some("ConditionalCheckFailed")),
-                    _ => false,
-                };
-                if refused {
+                if is_condition_cancel(&e) {
                     StoreError::ConditionFailed
                 } else {
                     StoreError::backend("TransactWriteItems", e)
@@ -375,7 +387,10 @@ impl Store {
         .await
     }
 
-    /// Writes back what the cluster showed; `ConditionFailed` if the record is gone.
+    /// Writes back what the cluster showed (a failure with its reason, message and `now` as
+    /// `failed_at`); `ConditionFailed` if the record is gone, or is a tombstone and this is
+    /// not a failure: a failed stack is final, and a write-back planned from an older read
+    /// must not revive it.
     pub async fn update_observed(
         &self,
         id: &StackId,
@@ -387,12 +402,14 @@ impl Store {
             .update_item()
             .table_name(&self.table)
             .set_key(Some(key(STACK_PK, id.as_str())))
-            .condition_expression("attribute_exists(#pk)")
             .expression_attribute_names("#pk", PK)
             .expression_attribute_names("#status", "status")
             .expression_attribute_names("#node_id", "node_id")
             .expression_attribute_names("#ip", "node_public_ip")
             .expression_attribute_names("#updated", "updated_at")
+            .expression_attribute_names("#reason", "reason")
+            .expression_attribute_names("#message", "message")
+            .expression_attribute_names("#failed_at", "failed_at")
             .expression_attribute_values(":status", s(observed.status.as_str()))
             .expression_attribute_values(":node_id", s(observed.node_id.clone()))
             .expression_attribute_values(":updated", s(now.to_string()));
@@ -400,14 +417,25 @@ impl Store {
             Some(ip) => update.expression_attribute_values(":ip", s(ip.clone())),
             None => update.expression_attribute_values(":ip", aws_sdk_dynamodb::types::AttributeValue::Null(true)),
         };
-        update
-            .update_expression("SET #status = :status, #node_id = :node_id, #ip = :ip, #updated = :updated")
-            .send()
-            .await
-            .map_err(|e| match e.as_service_error() {
-                Some(UpdateItemError::ConditionalCheckFailedException(_)) => StoreError::ConditionFailed,
-                _ => StoreError::backend("UpdateItem", e),
-            })?;
+        let set = "SET #status = :status, #node_id = :node_id, #ip = :ip, #updated = :updated";
+        update = match &observed.failure {
+            Some(failure) => update
+                .condition_expression("attribute_exists(#pk)")
+                .expression_attribute_values(":reason", s(failure.reason.as_str()))
+                .expression_attribute_values(":message", s(failure.message.clone()))
+                .expression_attribute_values(":failed_at", s(now.to_string()))
+                .update_expression(format!(
+                    "{set}, #reason = :reason, #message = :message, #failed_at = :failed_at"
+                )),
+            None => update
+                .condition_expression("attribute_exists(#pk) AND #status <> :failed")
+                .expression_attribute_values(":failed", s(StackStatus::Failed.as_str()))
+                .update_expression(format!("{set} REMOVE #reason, #message, #failed_at")),
+        };
+        update.send().await.map_err(|e| match e.as_service_error() {
+            Some(UpdateItemError::ConditionalCheckFailedException(_)) => StoreError::ConditionFailed,
+            _ => StoreError::backend("UpdateItem", e),
+        })?;
         Ok(())
     }
 
@@ -445,29 +473,57 @@ impl Store {
     /// Removes the record with its manifest and idempotency key, together. Call only once the
     /// cluster objects are confirmed gone. Deleting a missing record succeeds.
     pub async fn delete_stack(&self, record: &StackRecord) -> Result<(), StoreError> {
-        self.delete_stack_items(&record.stack_id, record.idempotency_key.as_deref())
+        self.delete_items(&record.stack_id, record.idempotency_key.as_deref(), false)
+            .await
+    }
+
+    /// [`delete_stack`](Self::delete_stack), unless the record has become a tombstone since
+    /// it was read (a concurrent read or pass found the stack failed): then everything
+    /// stays and the answer is `ConditionFailed`.
+    pub async fn delete_stack_unless_failed(&self, record: &StackRecord) -> Result<(), StoreError> {
+        self.delete_items(&record.stack_id, record.idempotency_key.as_deref(), true)
             .await
     }
 
     /// Removes the record and manifest of `id`, and the idempotency key if given, together.
     /// Deleting missing items succeeds.
     pub async fn delete_stack_items(&self, id: &StackId, idempotency_key: Option<&str>) -> Result<(), StoreError> {
+        self.delete_items(id, idempotency_key, false).await
+    }
+
+    async fn delete_items(
+        &self,
+        id: &StackId,
+        idempotency_key: Option<&str>,
+        unless_failed: bool,
+    ) -> Result<(), StoreError> {
         let id = id.as_str();
-        let mut keys = vec![key(STACK_PK, id), key(MANIFEST_PK, id)];
-        keys.extend(idempotency_key.map(idempotency::key_of));
+        let mut record = Delete::builder()
+            .table_name(&self.table)
+            .set_key(Some(key(STACK_PK, id)));
+        if unless_failed {
+            record = record
+                .condition_expression("attribute_not_exists(#pk) OR #status <> :failed")
+                .expression_attribute_names("#pk", PK)
+                .expression_attribute_names("#status", "status")
+                .expression_attribute_values(":failed", s(StackStatus::Failed.as_str()));
+        }
+        let mut deletes = vec![record];
+        for k in std::iter::once(key(MANIFEST_PK, id)).chain(idempotency_key.map(idempotency::key_of)) {
+            deletes.push(Delete::builder().table_name(&self.table).set_key(Some(k)));
+        }
         let mut transaction = self.client.transact_write_items();
-        for k in keys {
-            let delete = Delete::builder()
-                .table_name(&self.table)
-                .set_key(Some(k))
-                .build()
-                .map_err(|e| StoreError::Malformed(e.to_string()))?;
+        for delete in deletes {
+            let delete = delete.build().map_err(|e| StoreError::Malformed(e.to_string()))?;
             transaction = transaction.transact_items(TransactWriteItem::builder().delete(delete).build());
         }
-        transaction
-            .send()
-            .await
-            .map_err(|e| StoreError::backend("TransactWriteItems", e))?;
+        transaction.send().await.map_err(|e| {
+            if is_condition_cancel(&e) {
+                StoreError::ConditionFailed
+            } else {
+                StoreError::backend("TransactWriteItems", e)
+            }
+        })?;
         Ok(())
     }
 
@@ -487,6 +543,17 @@ fn manifest_of(mut item: Item) -> Result<String, Unreadable> {
         None => Err("manifest item without pod_spec".to_owned()),
     };
     text.map_err(|reason| Unreadable { pk, sk, reason })
+}
+
+/// A transaction cancelled because a condition of one of its items did not hold.
+fn is_condition_cancel<R>(err: &aws_sdk_dynamodb::error::SdkError<TransactWriteItemsError, R>) -> bool {
+    match err.as_service_error() {
+        Some(TransactWriteItemsError::TransactionCanceledException(cancel)) => cancel
+            .cancellation_reasons()
+            .iter()
+            .any(|r| r.code() == Some("ConditionalCheckFailed")),
+        _ => false,
+    }
 }
 
 /// DynamoDB's answer to a query of an index that does not exist, or is still being filled

@@ -140,6 +140,7 @@ async fn status_changes_are_written_back_once() {
         status: StackStatus::Creating,
         node_id: String::new(),
         node_public_ip: None,
+        failure: None,
     };
     reconciler
         .store()

@@ -333,6 +333,7 @@ async fn the_usage_index_follows_creates_updates_and_deletes() {
         status: StackStatus::Stopped,
         node_id: "node-9".into(),
         node_public_ip: None,
+        failure: None,
     };
     store
         .update_observed(&records[1].stack_id, &observed, Timestamp::now())
