@@ -43,6 +43,9 @@ fn parse_on_unschedulable(v: &str) -> Result<OnUnschedulable, String> {
 /// that will never start `creating` for long.
 pub const START_ALLOWANCE: Duration = Duration::from_secs(300);
 
+/// Most `STACK_PROXY_SYNC` may be: kube-proxy's full resync period.
+const MAX_PROXY_SYNC: Duration = Duration::from_secs(30);
+
 /// Default of `STACK_CHALLENGE_LABEL`.
 pub const DEFAULT_CHALLENGE_LABEL: &str = "challenge";
 
@@ -67,6 +70,9 @@ pub struct Config {
     pub start_timeout: Duration,
     /// How long a failed stack's record (its tombstone) stays readable.
     pub failed_retention: Duration,
+    /// How long after its pod is Ready a node-port stack reads `running`: the time kube-proxy
+    /// takes to program the Service's rules on the node.
+    pub proxy_sync: Duration,
     /// How long a create waits for the scheduler and for the pod to be Ready before
     /// answering `creating`.
     pub create_wait: Duration,
@@ -204,6 +210,9 @@ impl Config {
             // Long enough for a platform that polls a minute apart, or an operator, to read why
             // a stack failed; short enough that failed creates do not pile up in lists.
             failed_retention: env.parse("STACK_FAILED_RETENTION", Duration::from_secs(600), parse_duration),
+            // kube-proxy's default iptables.minSyncPeriod: it applies an endpoint change at most
+            // this long after the last sync; measured locally, 0.1-1.1 s after the pod is Ready.
+            proxy_sync: env.parse("STACK_PROXY_SYNC", Duration::from_secs(1), parse_duration),
             create_wait: env.parse("STACK_CREATE_WAIT", Duration::from_millis(2000), parse_duration),
             create_concurrency: env.parse("STACK_CREATE_CONCURRENCY", 32, parse_at_least_one),
             // A 200-create burst on the local environment (bench-faults burst): 32 slots with 2 s of
@@ -314,6 +323,12 @@ impl Config {
                 "STACK_CREATE_QUEUE_WAIT: must be at most {} ms (a create answers within {} ms)",
                 MAX_CREATE_QUEUE_WAIT.as_millis(),
                 CREATE_WORK_BUDGET.as_millis()
+            ));
+        }
+        if self.proxy_sync > MAX_PROXY_SYNC {
+            problems.push(format!(
+                "STACK_PROXY_SYNC: must be at most {} (kube-proxy syncs at least every 30 s)",
+                format_duration(MAX_PROXY_SYNC)
             ));
         }
         if self.start_timeout < self.scheduling_timeout {
@@ -549,6 +564,15 @@ mod tests {
         assert_eq!(set.scheduling_timeout, Duration::from_secs(90));
         let err = config(&[("API_KEY", "k"), ("STACK_ON_UNSCHEDULABLE", "queue")]).unwrap_err();
         assert!(err.to_string().contains("STACK_ON_UNSCHEDULABLE"), "{err}");
+    }
+
+    #[test]
+    fn proxy_sync_defaults_to_kube_proxys_min_sync_period_and_is_bounded() {
+        assert_eq!(config(&[("API_KEY", "k")]).unwrap().proxy_sync, Duration::from_secs(1));
+        let none = config(&[("API_KEY", "k"), ("STACK_PROXY_SYNC", "0s")]).unwrap();
+        assert_eq!(none.proxy_sync, Duration::ZERO);
+        let err = config(&[("API_KEY", "k"), ("STACK_PROXY_SYNC", "1m")]).unwrap_err();
+        assert!(err.to_string().contains("STACK_PROXY_SYNC"), "{err}");
     }
 
     #[test]

@@ -39,6 +39,23 @@ use node_addresses::NodeAddresses;
 use nodeports::{PortPicker, PortUse};
 use stack_nodes::StackNodeView;
 
+/// Grace period of a stack pod's deletion. Stack pods hold no state, so not the pod's own (up
+/// to 30 s); but not zero either: a pod deleted without grace leaves the apiserver at once
+/// while its kubelet is still tearing it down, and its host port's forwarding rule outlives it
+/// by a second or two; a new stack given the port meanwhile (by the scheduler or by a
+/// function) would be announced `running` while its port still led to the old pod. With a
+/// grace period the pod object stays, holding its ports for every picker, until the kubelet
+/// has stopped its sandbox, and only then is removed.
+const POD_DELETE_GRACE_SECONDS: u32 = 1;
+/// How a pod is deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodDeletion {
+    /// With [`POD_DELETE_GRACE_SECONDS`]: the object stays until its kubelet has stopped it.
+    Graceful,
+    /// At once: its node is gone, no kubelet will ever stop it.
+    Now,
+}
+
 /// How many times a service create is retried when the apiserver says a port is taken.
 const NODEPORT_ATTEMPTS: usize = 8;
 /// Objects per list call. 5,000 stacks take a dozen calls; the reconciler holds one page of
@@ -291,11 +308,13 @@ impl Cluster {
     }
 
     /// Deletes the stack's service and pod; objects already gone count as deleted.
-    /// Pods go without a grace period: stack pods hold no state, and an immediate removal
-    /// frees the node ports and quota now rather than half a minute later.
+    /// Pods go with a one-second grace period (see [`POD_DELETE_GRACE_SECONDS`]).
     pub async fn delete_stack_objects(&self, id: &StackId) -> Result<(), ClusterError> {
         let (service_name, pod_name) = (id.service_name(), id.pod_name());
-        let (service, pod) = tokio::join!(self.delete_service(&service_name), self.delete_pod(&pod_name));
+        let (service, pod) = tokio::join!(
+            self.delete_service(&service_name),
+            self.delete_pod(&pod_name, PodDeletion::Graceful)
+        );
         service.and(pod)
     }
 
@@ -307,13 +326,17 @@ impl Cluster {
         }
     }
 
-    pub async fn delete_pod(&self, name: &str) -> Result<(), ClusterError> {
+    pub async fn delete_pod(&self, name: &str, deletion: PodDeletion) -> Result<(), ClusterError> {
+        let grace = match deletion {
+            PodDeletion::Graceful => POD_DELETE_GRACE_SECONDS,
+            PodDeletion::Now => 0,
+        };
         match self
             .pods
             .delete(
                 name,
                 &DeleteParams {
-                    grace_period_seconds: Some(0),
+                    grace_period_seconds: Some(grace),
                     ..DeleteParams::background()
                 },
             )

@@ -21,6 +21,9 @@ pub enum RemoveError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ObjectKind {
     Pod,
+    /// A pod whose node is gone: no kubelet is left to stop it, so it goes without the grace
+    /// period a pod's deletion otherwise waits out.
+    StrandedPod,
     Service,
 }
 
@@ -91,7 +94,16 @@ pub async fn end_stack<R: StackRemover>(remover: &R, removal: &Removal, now: Tim
         // objects may remain.
         remover.write_observed(&removal.record.stack_id, mark, now).await?;
     }
-    delete_objects(remover, removal.service.as_deref(), removal.pod.as_deref()).await?;
+    let pod = match removal.reason {
+        RemovalReason::NodeMissing => ObjectKind::StrandedPod,
+        _ => ObjectKind::Pod,
+    };
+    delete_objects(
+        remover,
+        removal.service.as_deref(),
+        removal.pod.as_deref().map(|name| (pod, name)),
+    )
+    .await?;
     remover.objects_released(&removal.record);
     if removal.reason.keeps_record() {
         return Ok(());
@@ -101,16 +113,19 @@ pub async fn end_stack<R: StackRemover>(remover: &R, removal: &Removal, now: Tim
         .await
 }
 
-/// Deletes the named service and pod together; either already gone counts as success.
+/// Deletes the named service and pod (of its kind) together; either already gone counts as
+/// success.
 pub async fn delete_objects<R: StackRemover>(
     remover: &R,
     service: Option<&str>,
-    pod: Option<&str>,
+    pod: Option<(ObjectKind, &str)>,
 ) -> Result<(), RemoveError> {
-    let (service, pod) = futures::join!(
-        delete_object(remover, ObjectKind::Service, service),
-        delete_object(remover, ObjectKind::Pod, pod)
-    );
+    let (service, pod) = futures::join!(delete_object(remover, ObjectKind::Service, service), async {
+        match pod {
+            Some((kind, name)) => delete_object(remover, kind, Some(name)).await,
+            None => Ok(()),
+        }
+    });
     service.and(pod)
 }
 

@@ -26,7 +26,7 @@ use jiff::{SignedDuration, Timestamp};
 
 use crate::cluster::{PodHealth, Rejection, Scheduling};
 use crate::config::format_duration;
-use crate::model::{Failure, StackRecord, StackStatus};
+use crate::model::{Exposure, Failure, StackRecord, StackStatus};
 use crate::store::ObservedState;
 use views::{NodeView, PodView, ServiceView};
 
@@ -46,6 +46,9 @@ pub struct Rules {
     /// `STACK_REAP_TERMINATED`: end stacks whose pod succeeded before their TTL (failed ones
     /// always release their objects at once).
     pub reap_terminated: bool,
+    /// `STACK_PROXY_SYNC`: how long after its pod is Ready a node-port stack answers (kube-proxy
+    /// programs the node port after the pod's endpoint is published).
+    pub proxy_sync: Duration,
 }
 
 impl Rules {
@@ -55,6 +58,7 @@ impl Rules {
             start_timeout: config.start_timeout,
             failed_retention: config.failed_retention,
             reap_terminated: config.reap_terminated,
+            proxy_sync: config.proxy_sync,
         }
     }
 }
@@ -147,12 +151,23 @@ pub enum PodVerdict {
     Rejected(Rejection),
 }
 
-/// The pod part of [`judge`], which a create also applies: Ready is `running`, starting is
-/// `creating` until the start deadline and a failure after it, a definite failure fails at
-/// once, a succeeded pod is `stopped`.
-pub fn judge_pod(created_at: Timestamp, health: &PodHealth, now: Timestamp, rules: &Rules) -> PodVerdict {
+/// The pod part of [`judge`], which a create also applies: Ready is `running` (for a stack
+/// exposed through a Service, once kube-proxy has had `proxy_sync` to program its node port:
+/// `running` means a participant's connection succeeds now), starting is `creating` until the
+/// start deadline and a failure after it, a definite failure fails at once, a succeeded pod is
+/// `stopped`.
+pub fn judge_pod(
+    created_at: Timestamp,
+    exposure: Exposure,
+    health: &PodHealth,
+    now: Timestamp,
+    rules: &Rules,
+) -> PodVerdict {
     match health {
-        PodHealth::Ready => PodVerdict::Live(StackStatus::Running),
+        PodHealth::Ready { ready_by } if exposure.has_service() && !proxied(*ready_by, now, rules.proxy_sync) => {
+            PodVerdict::Live(StackStatus::Creating)
+        }
+        PodHealth::Ready { .. } => PodVerdict::Live(StackStatus::Running),
         PodHealth::Succeeded => PodVerdict::Live(StackStatus::Stopped),
         PodHealth::Failed(failure) => PodVerdict::Failed(failure.clone()),
         PodHealth::Rejected(rejection) => PodVerdict::Rejected(rejection.clone()),
@@ -168,6 +183,22 @@ pub fn judge_pod(created_at: Timestamp, health: &PodHealth, now: Timestamp, rule
         }
         PodHealth::Starting(_) => PodVerdict::Live(StackStatus::Creating),
     }
+}
+
+/// Whether kube-proxy has had `sync` since the pod was Ready (by `ready_by` at the latest); a
+/// pod whose Ready time is unknown counts as long Ready, and a zero `sync` (no kube-proxy to
+/// wait for) as synced at once.
+fn proxied(ready_by: Option<Timestamp>, now: Timestamp, sync: Duration) -> bool {
+    let sync_signed = SignedDuration::try_from(sync).unwrap_or(SignedDuration::MAX);
+    sync.is_zero() || ready_by.is_none_or(|ready| now.duration_since(ready) >= sync_signed)
+}
+
+/// How much of `sync` is left since `ready_by` (zero once it has passed).
+pub fn proxy_sync_left(ready_by: Option<Timestamp>, now: Timestamp, sync: Duration) -> Duration {
+    let waited = ready_by.map_or(sync, |ready| {
+        Duration::try_from(now.duration_since(ready)).unwrap_or(Duration::ZERO)
+    });
+    sync.saturating_sub(waited)
 }
 
 pub fn judge(record: &StackRecord, observed: Observed<'_>, now: Timestamp, rules: &Rules) -> Verdict {
@@ -214,7 +245,7 @@ pub fn judge(record: &StackRecord, observed: Observed<'_>, now: Timestamp, rules
     let status = match &pod.health {
         // A pod that ran to its end keeps the status it showed last.
         PodHealth::Starting(_) if record.status.is_terminal() => record.status,
-        health => match judge_pod(record.created_at, health, now, rules) {
+        health => match judge_pod(record.created_at, record.exposure, health, now, rules) {
             PodVerdict::Rejected(_) => return Verdict::end(RemovalReason::Rejected),
             PodVerdict::Failed(failure) => {
                 let mark = ObservedState {
@@ -279,6 +310,7 @@ mod tests {
         start_timeout: Duration::from_secs(300),
         failed_retention: Duration::from_secs(600),
         reap_terminated: false,
+        proxy_sync: Duration::from_secs(1),
     };
 
     fn now() -> Timestamp {
@@ -414,7 +446,11 @@ mod tests {
     #[test]
     fn a_scheduled_pod_fills_in_node_and_address() {
         let node = n1();
-        let ready = pod(Scheduling::Scheduled("n1".into()), PodHealth::Ready, 5);
+        let ready = pod(
+            Scheduling::Scheduled("n1".into()),
+            PodHealth::Ready { ready_by: None },
+            5,
+        );
         assert_eq!(
             judged(&record(5), &ready, Some(&node)),
             Verdict::Update(on_n1(StackStatus::Running))
@@ -456,6 +492,51 @@ mod tests {
         assert_eq!(
             judge(&record(1), observed, now(), &RULES),
             Verdict::end(RemovalReason::ServiceMissing)
+        );
+    }
+
+    #[test]
+    fn a_node_port_stack_reads_running_once_kube_proxy_had_its_sync() {
+        // Ready since the whole second `now() - since`: by one second later at the latest.
+        let ready = |since: i64| PodHealth::Ready {
+            ready_by: Some(ago(since) + SignedDuration::from_secs(1)),
+        };
+        let judged = |exposure, health: &PodHealth| judge_pod(ago(5), exposure, health, now(), &RULES);
+        assert_eq!(
+            judged(Exposure::NodePort, &ready(0)),
+            PodVerdict::Live(StackStatus::Creating)
+        );
+        assert_eq!(
+            judged(Exposure::NodePort, &ready(1)),
+            PodVerdict::Live(StackStatus::Creating)
+        );
+        assert_eq!(
+            judged(Exposure::NodePort, &ready(2)),
+            PodVerdict::Live(StackStatus::Running)
+        );
+        assert_eq!(
+            judged(Exposure::HostPort, &ready(0)),
+            PodVerdict::Live(StackStatus::Running)
+        );
+        // No kube-proxy to wait for (STACK_PROXY_SYNC=0s).
+        let no_proxy = Rules {
+            proxy_sync: Duration::ZERO,
+            ..RULES
+        };
+        assert_eq!(
+            judge_pod(ago(5), Exposure::NodePort, &ready(0), now(), &no_proxy),
+            PodVerdict::Live(StackStatus::Running)
+        );
+        // A Ready time the kubelet did not give: long Ready.
+        let unknown = PodHealth::Ready { ready_by: None };
+        assert_eq!(
+            judged(Exposure::NodePort, &unknown),
+            PodVerdict::Live(StackStatus::Running)
+        );
+        // Not a start failure past the deadline: it is about to answer.
+        assert_eq!(
+            judge_pod(ago(301), Exposure::NodePort, &ready(0), now(), &RULES),
+            PodVerdict::Live(StackStatus::Creating)
         );
     }
 
@@ -620,6 +701,7 @@ mod tests {
     fn the_failure_message_names_the_deadline_and_what_held_the_pod() {
         let verdict = judge_pod(
             ago(301),
+            Exposure::NodePort,
             &PodView::of(&kubelet::started_not_ready()).health,
             now(),
             &RULES,

@@ -220,6 +220,7 @@ mod tests {
                 start_timeout: START,
                 failed_retention: RETENTION,
                 reap_terminated: false,
+                proxy_sync: Duration::from_secs(1),
             },
             job_idle: Duration::from_secs(30),
         }
@@ -272,7 +273,7 @@ mod tests {
     fn pod(n: u64) -> PodView {
         PodView {
             object: object(id(n).pod_name(), ago(600)),
-            health: PodHealth::Ready,
+            health: PodHealth::Ready { ready_by: None },
             scheduling: Scheduling::Scheduled("n1".into()),
         }
     }

@@ -40,11 +40,11 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::{StackError, Stacks, fit, signed};
 use crate::cluster::{
-    PodHealth, STACK_NODES_TTL, Scheduling, is_port_conflict, pod_health, scheduling_of, with_host_ports,
+    PodDeletion, PodHealth, STACK_NODES_TTL, Scheduling, is_port_conflict, pod_health, scheduling_of, with_host_ports,
 };
 use crate::config::OnUnschedulable;
 use crate::deadlines::{ABANDONED_CLAIM_AGE, CREATE_CLEANUP_BUDGET, CREATE_WORK_BUDGET};
-use crate::lifecycle::{PodVerdict, Removal, RemovalReason, Rules, judge_pod};
+use crate::lifecycle::{PodVerdict, Removal, RemovalReason, Rules, judge_pod, proxy_sync_left};
 use crate::model::{Exposure, Failure, PortMapping, StackId, StackRecord, StackStatus, TargetPort};
 use crate::store::{IdempotencyClaim, Manifest, ObservedState, StoreError, StoredManifest};
 use crate::validate::{self, HardenedPod};
@@ -248,7 +248,8 @@ impl Stacks {
                     self.cluster.create_service(id, &request.target_ports, &pod),
                     self.cluster.wait_settled(pod.clone(), self.left(started))
                 )?;
-                (ports, self.placement(&pod).await?, hardened, manifest)
+                let health = self.after_proxy_sync(pod_health(&pod), started).await;
+                (ports, self.placement(&pod, health).await?, hardened, manifest)
             }
             Exposure::HostPort => {
                 let (ports, placement, pod) = self
@@ -326,10 +327,10 @@ impl Stacks {
             self.cluster.mark_host_ports_used(&ports);
             let pod = self.cluster.wait_settled(pod, self.left(started)).await?;
             if !host_ports_taken(&pod) {
-                return Ok((ports, self.placement(&pod).await?, applied));
+                return Ok((ports, self.placement(&pod, pod_health(&pod)).await?, applied));
             }
             tracing::debug!(stack_id = %id, attempt, ?ports, "host ports taken, choosing again");
-            self.cluster.delete_pod(&id.pod_name()).await?;
+            self.cluster.delete_pod(&id.pod_name(), PodDeletion::Graceful).await?;
             self.cluster.release_node_ports(&ports);
             if let [only] = ports.as_slice() {
                 // Alone, it is certainly the taken one.
@@ -341,12 +342,26 @@ impl Stacks {
         Err(StackError::NoNodePort)
     }
 
+    /// The settled pod's `health`; when it is Ready, after kube-proxy has had
+    /// `STACK_PROXY_SYNC` to program the node port (within what is left of
+    /// `STACK_CREATE_WAIT`), so that `running` means connectable. The watch has just
+    /// delivered it: it was Ready by now at the latest, more precisely than its condition's
+    /// whole seconds say.
+    async fn after_proxy_sync(&self, health: PodHealth, started: Instant) -> PodHealth {
+        let health = health.seen_ready_at(Timestamp::now());
+        if let PodHealth::Ready { ready_by } = &health {
+            let left = proxy_sync_left(*ready_by, Timestamp::now(), self.config.proxy_sync);
+            tokio::time::sleep(left.min(self.left(started))).await;
+        }
+        health
+    }
+
     /// Where the settled `pod` stands, by the lifecycle rule's pod part: `running` with its
     /// node and address when it was Ready within `STACK_CREATE_WAIT`, `failed` with the
     /// reason when it showed it never will be, else `creating` with what is known so far. A
     /// pod the scheduler refused fails the create unless `STACK_ON_UNSCHEDULABLE=wait`; one
     /// its kubelet refused (the node out of a resource) fails it with the capacity 503.
-    async fn placement(&self, pod: &Pod) -> Result<ObservedState, StackError> {
+    async fn placement(&self, pod: &Pod, health: PodHealth) -> Result<ObservedState, StackError> {
         let node_name = match scheduling_of(pod) {
             Scheduling::Unschedulable(why) => {
                 return match self.config.on_unschedulable {
@@ -359,7 +374,7 @@ impl Stacks {
             Scheduling::Pending => return Ok(not_placed()),
             Scheduling::Scheduled(node_name) => node_name,
         };
-        let (status, failure) = status_at_create(pod, &Rules::of(&self.config))?;
+        let (status, failure) = status_at_create(&health, self.config.exposure, &Rules::of(&self.config))?;
         Ok(ObservedState {
             status,
             node_public_ip: self.cluster.node_public_ip(&node_name).await?,
@@ -435,9 +450,13 @@ fn host_ports_taken(pod: &Pod) -> bool {
 /// What a create answers for its placed pod: the lifecycle rule's pod part for a stack
 /// created now (only what is already certain counts, no deadline has passed), and the
 /// capacity 503 for a pod its kubelet refused.
-fn status_at_create(pod: &Pod, rules: &Rules) -> Result<(StackStatus, Option<Failure>), StackError> {
+fn status_at_create(
+    health: &PodHealth,
+    exposure: Exposure,
+    rules: &Rules,
+) -> Result<(StackStatus, Option<Failure>), StackError> {
     let now = Timestamp::now();
-    match judge_pod(now, &pod_health(pod), now, rules) {
+    match judge_pod(now, exposure, health, now, rules) {
         PodVerdict::Live(status) => Ok((status, None)),
         PodVerdict::Failed(failure) => Ok((StackStatus::Failed, Some(failure))),
         PodVerdict::Rejected(rejection) => Err(StackError::Saturated(rejection.message)),
@@ -469,6 +488,7 @@ mod tests {
         start_timeout: Duration::from_secs(320),
         failed_retention: Duration::from_secs(600),
         reap_terminated: false,
+        proxy_sync: Duration::from_secs(1),
     };
 
     /// Not bound: the scheduler's answer in its `PodScheduled` condition.
@@ -509,8 +529,29 @@ mod tests {
     }
 
     #[test]
+    fn a_node_port_stack_runs_once_kube_proxy_had_its_sync_after_the_pod_was_ready() {
+        let now = Timestamp::now();
+        let ready_by = |ago: i64| PodHealth::Ready {
+            ready_by: Some(now - jiff::SignedDuration::from_millis(ago)),
+        };
+        let status = |health: &PodHealth, exposure| status_at_create(health, exposure, &RULES).unwrap().0;
+        assert_eq!(status(&ready_by(0), Exposure::NodePort), StackStatus::Creating);
+        assert_eq!(status(&ready_by(900), Exposure::NodePort), StackStatus::Creating);
+        assert_eq!(status(&ready_by(1_100), Exposure::NodePort), StackStatus::Running);
+        // A host port is the pod's own: connectable the moment it is Ready.
+        assert_eq!(status(&ready_by(0), Exposure::HostPort), StackStatus::Running);
+        // The watch saw it Ready just now: its condition's whole seconds say nothing more.
+        let seen = pod_health(&kubelet::ready()).seen_ready_at(now);
+        assert_eq!(seen, PodHealth::Ready { ready_by: Some(now) });
+        assert_eq!(proxy_sync_left(Some(now), now, RULES.proxy_sync), RULES.proxy_sync);
+        assert_eq!(proxy_sync_left(None, now, RULES.proxy_sync), Duration::ZERO);
+    }
+
+    #[test]
     fn a_create_answers_running_only_for_a_ready_pod_and_failed_at_once_for_a_definite_cause() {
-        let status = |pod: &Pod| status_at_create(pod, &RULES).map(|(s, f)| (s, f.map(|f| f.reason)));
+        let status = |pod: &Pod| {
+            status_at_create(&pod_health(pod), Exposure::HostPort, &RULES).map(|(s, f)| (s, f.map(|f| f.reason)))
+        };
         assert_eq!(status(&kubelet::ready()).unwrap(), (StackStatus::Running, None));
         assert_eq!(
             status(&kubelet::started_not_ready()).unwrap(),

@@ -17,7 +17,7 @@ pub use capacity::{Capacity, NodeCapacity, PortCapacity, PortSettings};
 pub use create::{CreateOutcome, CreateRequest};
 pub use read::{ListPage, Stats};
 
-use crate::cluster::{self, Cluster, ClusterError, NamespacePolicy, PortPolicy};
+use crate::cluster::{self, Cluster, ClusterError, NamespacePolicy, PodDeletion, PortPolicy};
 use crate::config::{Config, ConfigError};
 use crate::lifecycle::end::{ObjectKind, RecordWrite, RemoveError, StackRemover, delete_objects};
 use crate::lifecycle::{Removal, RemovalReason, end_stack};
@@ -252,7 +252,7 @@ impl Stacks {
     async fn delete_unreadable(&self, id: &StackId, unreadable: &Unreadable) -> Result<(), StackError> {
         tracing::warn!(error = %unreadable, "deleting a stack whose record does not read");
         let (service, pod) = (id.service_name(), id.pod_name());
-        delete_objects(self, Some(&service), Some(&pod)).await?;
+        delete_objects(self, Some(&service), Some((ObjectKind::Pod, &pod))).await?;
         Ok(self.store.delete_stack_items(id, None).await?)
     }
 }
@@ -261,7 +261,8 @@ impl Stacks {
 impl StackRemover for Stacks {
     async fn delete_object(&self, kind: ObjectKind, name: &str) -> Result<(), RemoveError> {
         match kind {
-            ObjectKind::Pod => self.cluster.delete_pod(name).await?,
+            ObjectKind::Pod => self.cluster.delete_pod(name, PodDeletion::Graceful).await?,
+            ObjectKind::StrandedPod => self.cluster.delete_pod(name, PodDeletion::Now).await?,
             ObjectKind::Service => self.cluster.delete_service(name).await?,
         }
         Ok(())

@@ -7,6 +7,8 @@ use serde_json::{Value, json};
 
 pub(crate) const IMAGE: &str = "10.80.0.1:5000/web:1";
 const AT: &str = "2030-01-01T12:00:00Z";
+/// When a Ready pod turned Ready: a while before [`AT`], so that kube-proxy has synced.
+pub(crate) const READY_SINCE: &str = "2030-01-01T11:59:50Z";
 
 /// containerd's answer for a tag or repository the registry does not have.
 pub(crate) const NOT_FOUND: &str = "rpc error: code = NotFound desc = failed to pull and unpack image \"10.80.0.1:5000/nope:1\": failed to resolve reference \"10.80.0.1:5000/nope:1\": 10.80.0.1:5000/nope:1: not found";
@@ -75,7 +77,8 @@ pub(crate) fn pod(status: Value) -> Pod {
 /// `type`/`status` pod conditions as status/generate.go words them, Ready as given.
 fn conditions(ready: bool, not_ready_reason: &str, initialized: bool) -> Value {
     let condition = |type_: &str, ok: bool, reason: Option<&str>, message: Option<String>| {
-        let mut c = json!({"type": type_, "status": if ok { "True" } else { "False" }, "lastProbeTime": null, "lastTransitionTime": AT});
+        let at = if type_ == "Ready" && ok { READY_SINCE } else { AT };
+        let mut c = json!({"type": type_, "status": if ok { "True" } else { "False" }, "lastProbeTime": null, "lastTransitionTime": at});
         if let Some(reason) = reason {
             c["reason"] = json!(reason);
         }

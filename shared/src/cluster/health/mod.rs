@@ -7,6 +7,7 @@
 //! reads and classifies; whether and when that ends the stack is the lifecycle rule's call
 //! ([`crate::lifecycle::judge_pod`]).
 
+use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, Pod, PodStatus};
 
 use crate::model::{Failure, FailureReason};
@@ -19,8 +20,9 @@ const REJECTED_PREFIX: &str = "Pod was rejected: ";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PodHealth {
     /// Its `Ready` condition is `True`: every container is ready (without a readiness probe:
-    /// started and running).
-    Ready,
+    /// started and running). `ready_by`: the latest instant it can have become Ready (the
+    /// condition's time is in whole seconds, so one second after it), if the kubelet said.
+    Ready { ready_by: Option<Timestamp> },
     /// Not Ready yet, and nothing seen that rules it out: what the stack fails with if it
     /// stays so past its start deadline (a transient error, or `start_timeout` with what it
     /// waits for).
@@ -79,7 +81,9 @@ pub fn pod_health(pod: &Pod) -> PodHealth {
         return PodHealth::Failed(failure);
     }
     if has_condition(status, "Ready") {
-        return PodHealth::Ready;
+        return PodHealth::Ready {
+            ready_by: ready_since(status).map(|t| t.saturating_add(SignedDuration::from_secs(1)).unwrap_or(t)),
+        };
     }
     let mut definite: Option<Issue> = None;
     let mut transient: Option<Failure> = None;
@@ -300,6 +304,29 @@ fn waiting(status: &PodStatus, phase: &str) -> Failure {
         text.push_str(&part);
     }
     Failure::new(FailureReason::StartTimeout, text)
+}
+
+/// When the `Ready` condition last turned (whole seconds).
+fn ready_since(status: &PodStatus) -> Option<Timestamp> {
+    status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "Ready")
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0)
+}
+
+impl PodHealth {
+    /// The same health, known to be Ready at `seen` at the latest (a watch delivered it then).
+    pub fn seen_ready_at(self, seen: Timestamp) -> Self {
+        match self {
+            PodHealth::Ready { ready_by } => PodHealth::Ready {
+                ready_by: Some(ready_by.map_or(seen, |by| by.min(seen))),
+            },
+            other => other,
+        }
+    }
 }
 
 fn has_condition(status: &PodStatus, type_: &str) -> bool {
