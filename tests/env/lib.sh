@@ -279,8 +279,9 @@ stop_components() {
 stop_all() {
     local grace="${1:-15}" i
     local -a first=()
+    # Cleanup goes on whatever fails on the way (`||` also keeps set -e out of stop_node).
     for ((i = 1; i <= ${REAL_NODES:-0}; i++)); do
-        stop_node "$i"
+        stop_node "$i" || log "could not stop node $i completely"
     done
     for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
         [[ "${COMPONENTS[i]}" == etcd ]] || first+=("${COMPONENTS[i]}")
@@ -288,8 +289,8 @@ stop_all() {
     stop_components "$grace" "${first[@]}"
     stop_components "$grace" etcd
     remove_runtime_dirs
-    net_down
-    restore_sysctls
+    net_down || true
+    restore_sysctls || true
     release_slot
 }
 

@@ -160,18 +160,19 @@ remove_node_cgroups() {
     cg="$(node_cgroup "$1")"
     for h in $(cgroup_hierarchies); do
         [[ -d "$h$cg" ]] || continue
-        pids="$(find "$h$cg" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u)"
+        # Cgroups vanish while they are read (the kubelet removes its own): what is left counts.
+        pids="$(find "$h$cg" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u || true)"
         # shellcheck disable=SC2086
         [[ -z "$pids" ]] || kill -KILL $pids 2>/dev/null || true
     done
     for h in $(cgroup_hierarchies); do
         [[ -d "$h$cg" ]] || continue
-        find "$h$cg" -depth -type d | while read -r dir; do
+        find "$h$cg" -depth -type d 2>/dev/null | while read -r dir; do
             for _ in 1 2 3 4 5 6 7 8 9 10; do
                 rmdir "$dir" 2>/dev/null && break
                 sleep 0.1
             done
-        done
+        done || true
     done
 }
 
@@ -179,11 +180,11 @@ remove_node_cgroups() {
 # network namespaces, the kubelet's own bind mount of its root).
 unmount_below() {
     local dir="$1" target
-    awk -v dir="$dir" '$5 == dir || index($5, dir "/") == 1 { print $5 }' /proc/self/mountinfo |
+    awk -v dir="$dir" '$5 == dir || index($5, dir "/") == 1 { print $5 }' /proc/self/mountinfo 2>/dev/null |
         awk '{ print length, $0 }' | sort -rn | cut -d' ' -f2- |
         while read -r target; do
             umount -l "$target" 2>/dev/null || true
-        done
+        done || true
 }
 
 # Host paths containerd and CNI use whatever they are told (shim sockets, the CNI result
@@ -317,6 +318,8 @@ maxPods: 250
 evictionHard: { memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1% }
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
+# As EKS's nodeadm sets it: a slow pull does not hold up every other pod of the node.
+serializeImagePulls: false
 YAML
     # kube-proxy as EKS's add-on runs it (iptables mode); conntrack limits are left alone
     # (they are the host's), its ports live in the node's namespace.
