@@ -94,6 +94,7 @@ impl ApiHarness {
         let mut vars = vec![
             ("STACK_NODE_ROLE", crate::env::real_nodes::STACK_ROLE),
             ("STACK_IMAGE_ALLOWLIST", allowlist.as_str()),
+            ("STACK_PROXY_SYNC", "1s"),
         ];
         vars.extend_from_slice(overrides);
         let kube = kube_config(&env).await;
@@ -130,6 +131,8 @@ impl ApiHarness {
             ("API_KEY".into(), API_KEY.into()),
             ("STACK_REQUIRE_INGRESS_NETWORK_POLICY".into(), "false".into()),
             ("STACK_NODE_ROLE".into(), SIMULATED_ROLE.into()),
+            // No kube-proxy serves the simulated nodes.
+            ("STACK_PROXY_SYNC".into(), "0s".into()),
         ]);
         for (k, v) in overrides {
             vars.insert((*k).into(), (*v).into());
@@ -260,9 +263,18 @@ impl ApiHarness {
         let _ = self.table.delete().await;
     }
 
-    /// Asserts that no pod, service, record or idempotency key of ours is left.
+    /// Asserts that no pod, service, record or idempotency key of ours is left (a pod being
+    /// deleted has its one-second grace period, and kwok's moment, to go).
     pub async fn assert_nothing_left(&self) {
-        let pods = self.managed_pods().await;
+        let mut pods = self.managed_pods().await;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while pods.iter().all(|p| p.metadata.deletion_timestamp.is_some())
+            && !pods.is_empty()
+            && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            pods = self.managed_pods().await;
+        }
         assert!(
             pods.is_empty(),
             "pods left: {:?}",

@@ -67,6 +67,7 @@ impl ApiProcess {
             ("API_KEY", api_key),
             ("STACK_REQUIRE_INGRESS_NETWORK_POLICY", "false"),
             ("STACK_NODE_ROLE", SIMULATED_ROLE),
+            ("STACK_PROXY_SYNC", "0s"),
             ("STACK_IMAGE_ALLOWLIST", ""),
             ("K8S_KUBECONFIG", &kubeconfig),
             ("AWS_ENDPOINT_URL_DYNAMODB", &settings.dynamodb_endpoint),

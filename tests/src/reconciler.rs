@@ -92,6 +92,7 @@ pub fn reconciler_config(namespace: &str, table: &str, overrides: &[(&str, &str)
         ("DDB_STACK_TABLE".into(), table.to_owned()),
         ("STACK_REQUIRE_INGRESS_NETWORK_POLICY".into(), "false".into()),
         ("STACK_NODE_ROLE".into(), SIMULATED_ROLE.into()),
+        ("STACK_PROXY_SYNC".into(), "0s".into()),
     ]);
     for (k, v) in overrides {
         vars.insert((*k).into(), (*v).into());

@@ -16,7 +16,7 @@ use stack_core::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, Protocol, StackId, T
 use stack_core::validate::{ValidationPolicy, validate};
 use stack_tests::api::{ApiHarness, WEB_POD, kube_config};
 use stack_tests::env::rbac_manifest::{self, POLICY_NAME, RbacManifest};
-use stack_tests::env::{TestEnv, TestNamespace};
+use stack_tests::env::{SIMULATED_ROLE, TestEnv, TestNamespace};
 
 /// The functions' identity: any user in the group the manifest binds.
 const FUNCTIONS_USER: &str = "stack-provisioner-fn";
@@ -61,7 +61,12 @@ impl PolicyHarness {
         let client = Client::try_from(functions).expect("impersonating client");
         let pods = Api::namespaced(client, namespace.name());
 
-        let vars = BTreeMap::from([("STACK_NAMESPACE", namespace.name()), ("API_KEY", "k")]);
+        // The pods it admits land on the simulated nodes: nothing pulls their images.
+        let vars = BTreeMap::from([
+            ("STACK_NAMESPACE", namespace.name()),
+            ("API_KEY", "k"),
+            ("STACK_NODE_ROLE", SIMULATED_ROLE),
+        ]);
         let config = Config::from_lookup(|name| vars.get(name).map(|v| (*v).to_owned())).expect("config");
         Self {
             namespace,

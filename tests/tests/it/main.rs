@@ -8,6 +8,7 @@
 
 mod admission_policy;
 mod api;
+mod connect;
 mod dashboard;
 mod eks_token;
 mod ground;

@@ -1,0 +1,362 @@
+//! Time to a connectable stack on the real nodes (`tests/env/up` with real nodes): N creates
+//! at once through the release API process, each client polling status as a platform does and
+//! connecting to `node_public_ip:node_port` when told `running`.
+//!
+//! ```text
+//! cargo build --release -p stack-api -p stack-tests --bin stack-api --bin bench-connect
+//! target/release/bench-connect [--bursts 1,25,50,75] [--sequential 10] [--exposure hostport|nodeport]
+//!                              [--cpu 50m] [--poll-ms 100] [--rounds 1]
+//! ```
+//!
+//! Prints, per burst: create → `running` and create → first successful read (p50/p95/p99/max),
+//! stacks said `running` whose port refused the participant (goal 0), stacks still `creating`
+//! past the start deadline (goal 0), failures, and the CPU each component used per started pod
+//! (kubelets, containerd with its shims and runc, kube-apiserver, the API), so that figures
+//! compare across machines. Images are on the nodes before the first burst (`up` ran a pod of
+//! each node; a warm-up stack per node follows).
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use http::Method;
+use serde_json::{Value, json};
+use stack_tests::api_process::{ApiClient, ApiProcess};
+use stack_tests::bench_fixture::BenchFixture;
+use stack_tests::challenges::Challenge;
+use stack_tests::env::processes::Component;
+use stack_tests::env::{TestEnv, real_nodes, unique_name};
+use stack_tests::latency::percentile;
+use stack_tests::participant::{address_of, read_all};
+use stack_tests::proc_status::cpu_time;
+
+const API_KEY: &str = "bench-connect-key";
+/// How long a stack may take before it counts as still `creating` past its start deadline
+/// (the API's `STACK_START_TIMEOUT`, set to this).
+const START_DEADLINE: Duration = Duration::from_secs(60);
+/// The participant's connection attempts after a refusal, 50 ms apart.
+const RETRY_CONNECT: Duration = Duration::from_millis(50);
+
+struct Options {
+    bursts: Vec<usize>,
+    sequential: usize,
+    exposure: String,
+    cpu: String,
+    poll: Duration,
+    rounds: usize,
+}
+
+impl Options {
+    fn parse() -> Self {
+        let args: Vec<String> = std::env::args().collect();
+        let value = |flag: &str| {
+            args.iter()
+                .position(|a| a == flag)
+                .and_then(|i| args.get(i + 1))
+                .cloned()
+        };
+        Self {
+            bursts: value("--bursts")
+                .unwrap_or_else(|| "1,25,50,75".into())
+                .split(',')
+                .filter_map(|n| n.trim().parse().ok())
+                .collect(),
+            sequential: value("--sequential").and_then(|n| n.parse().ok()).unwrap_or(10),
+            exposure: value("--exposure").unwrap_or_else(|| "hostport".into()),
+            cpu: value("--cpu").unwrap_or_else(|| "50m".into()),
+            poll: Duration::from_millis(value("--poll-ms").and_then(|n| n.parse().ok()).unwrap_or(100)),
+            rounds: value("--rounds").and_then(|n| n.parse().ok()).unwrap_or(1),
+        }
+    }
+}
+
+/// What one participant saw, from the create request.
+#[derive(Debug, Default)]
+struct Outcome {
+    running: Option<Duration>,
+    connected: Option<Duration>,
+    /// Connections refused after the status said `running`.
+    refused_after_running: usize,
+    failed: Option<String>,
+    creating_past_deadline: bool,
+    stack_id: Option<String>,
+}
+
+#[tokio::main]
+async fn main() {
+    let options = Options::parse();
+    let env = TestEnv::connect().await.expect("local environment (tests/env/up)");
+    let registry = env
+        .settings
+        .registry
+        .clone()
+        .expect("STACK_ENV_REGISTRY: real nodes (tests/env/up)");
+    let mut fixture = BenchFixture::default();
+    let result = run(&env, &options, &registry, &mut fixture).await;
+    for failure in fixture.remove(&env).await {
+        eprintln!("bench-connect: cleanup: {failure}");
+    }
+    if let Err(message) = result {
+        eprintln!("bench-connect: {message}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(env: &TestEnv, options: &Options, registry: &str, fixture: &mut BenchFixture) -> Result<(), String> {
+    let table = fixture
+        .table
+        .insert(env.fresh_table("connect").await.map_err(|e| e.to_string())?)
+        .name()
+        .to_owned();
+    let namespace = fixture.namespace.insert(unique_name("connect")).clone();
+    let most = options.bursts.iter().copied().max().unwrap_or(1);
+    // One Lambda sandbox per create in AWS: as many create slots as creates at once.
+    let slots = (2 * most).to_string();
+    let allowlist = format!("{registry}/");
+    let deadline = format!("{}s", START_DEADLINE.as_secs());
+    let settings = [
+        ("STACK_EXPOSURE", options.exposure.as_str()),
+        ("STACK_NODE_ROLE", real_nodes::STACK_ROLE),
+        ("STACK_IMAGE_ALLOWLIST", allowlist.as_str()),
+        ("STACK_CREATE_CONCURRENCY", slots.as_str()),
+        ("STACK_START_TIMEOUT", deadline.as_str()),
+    ];
+    let api = ApiProcess::spawn(&env.settings, &namespace, &table, API_KEY, &settings).map_err(|e| e.to_string())?;
+    let client = ApiClient::new(api.addr(), API_KEY);
+    client
+        .wait_healthy(Duration::from_secs(30))
+        .await
+        .map_err(|e| e.to_string())?;
+    println!(
+        "bench-connect: STACK_EXPOSURE={}, {} real nodes, challenge {} (cpu {}), status polled every {} ms",
+        options.exposure,
+        env.settings.real_nodes,
+        real_nodes::image(registry, "tcp"),
+        options.cpu,
+        options.poll.as_millis()
+    );
+    // Warm-up: the API's clients and port view, and the image on every node.
+    let warm = burst(&client, options, registry, env.settings.real_nodes.max(1)).await;
+    delete_all(&client, &warm).await;
+
+    println!(
+        "{:<22} {:>4}  {:<34} {:<34} {:>7} {:>8} {:>6}",
+        "burst",
+        "n",
+        "create -> running p50/p95/p99/max",
+        "create -> connected p50/p95/p99/max",
+        "refused",
+        "creating",
+        "failed"
+    );
+    for _ in 0..options.rounds {
+        let mut sequential = Vec::new();
+        let cpu = CpuUse::now(env, api.pid());
+        for _ in 0..options.sequential {
+            let outcomes = burst(&client, options, registry, 1).await;
+            delete_all(&client, &outcomes).await;
+            sequential.extend(outcomes);
+        }
+        if !sequential.is_empty() {
+            report(&format!("1 at a time x{}", options.sequential), &sequential);
+            cpu.print_per_pod(env, sequential.len());
+        }
+        for &n in options.bursts.iter().filter(|&&n| n > 1) {
+            let cpu = CpuUse::now(env, api.pid());
+            let outcomes = burst(&client, options, registry, n).await;
+            let shims = shim_cpu();
+            report(&format!("{n} at once"), &outcomes);
+            cpu.print_per_pod_with(env, outcomes.len(), shims);
+            delete_all(&client, &outcomes).await;
+            // The next burst starts on quiet nodes.
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+    }
+    drop(api);
+    Ok(())
+}
+
+/// `n` participants start at the same instant.
+async fn burst(client: &ApiClient, options: &Options, registry: &str, n: usize) -> Vec<Outcome> {
+    let target = json!([{ "container_port": 8080, "protocol": "TCP" }]);
+    let start = Instant::now();
+    let participants = (0..n).map(|_| {
+        let challenge = Challenge::local(registry, "tcp").with_cpu(&options.cpu);
+        let body = json!({ "pod_spec": challenge.manifest(), "target_port": target });
+        async move { participant(client, &body, &challenge.flag, options.poll, start).await }
+    });
+    futures::future::join_all(participants).await
+}
+
+/// One platform client and its participant: create, poll status until `running`, connect.
+async fn participant(client: &ApiClient, body: &Value, flag: &str, poll: Duration, start: Instant) -> Outcome {
+    let mut outcome = Outcome::default();
+    let created = client.call(Method::POST, "/stacks", Some(body), None).await;
+    if created.status != Some(201) {
+        outcome.failed = Some(format!("create answered {}: {}", created.class(), created.json));
+        return outcome;
+    }
+    let Some(id) = created.json["stack_id"].as_str().map(str::to_owned) else {
+        outcome.failed = Some(format!("no stack_id in {}", created.json));
+        return outcome;
+    };
+    outcome.stack_id = Some(id.clone());
+    let mut stack = created.json;
+    loop {
+        match stack["status"].as_str() {
+            Some("running") => break,
+            Some("creating") => {}
+            other => {
+                outcome.failed = Some(format!("{other:?}: {}", stack["reason"]));
+                return outcome;
+            }
+        }
+        if start.elapsed() > START_DEADLINE {
+            outcome.creating_past_deadline = true;
+            return outcome;
+        }
+        tokio::time::sleep(poll).await;
+        let status = client
+            .call(Method::GET, &format!("/stacks/{id}/status"), None, None)
+            .await;
+        if status.status == Some(200) {
+            stack = status.json;
+        }
+    }
+    outcome.running = Some(start.elapsed());
+    let Some(address) = address_of(&stack) else {
+        outcome.failed = Some(format!("running without an address: {stack}"));
+        return outcome;
+    };
+    outcome.connected = connect(address, flag, &mut outcome.refused_after_running, start).await;
+    outcome
+}
+
+/// The first connection that reads the flag, retried every 50 ms (each refusal counted).
+async fn connect(address: SocketAddr, flag: &str, refused: &mut usize, start: Instant) -> Option<Duration> {
+    while start.elapsed() < START_DEADLINE * 2 {
+        match read_all(address).await {
+            Ok(said) if said.contains(flag) => return Some(start.elapsed()),
+            _ => *refused += 1,
+        }
+        tokio::time::sleep(RETRY_CONNECT).await;
+    }
+    None
+}
+
+async fn delete_all(client: &ApiClient, outcomes: &[Outcome]) {
+    let deletes = outcomes
+        .iter()
+        .filter_map(|o| o.stack_id.as_deref())
+        .map(|id| async move { client.call(Method::DELETE, &format!("/stacks/{id}"), None, None).await });
+    futures::future::join_all(deletes).await;
+}
+
+fn report(label: &str, outcomes: &[Outcome]) {
+    let summary = |pick: fn(&Outcome) -> Option<Duration>| {
+        let mut times: Vec<Duration> = outcomes.iter().filter_map(pick).collect();
+        times.sort();
+        let s = |d: Duration| format!("{:.2}", d.as_secs_f64());
+        match times.last() {
+            Some(max) => format!(
+                "{}/{}/{}/{} s",
+                s(percentile(&times, 50)),
+                s(percentile(&times, 95)),
+                s(percentile(&times, 99)),
+                s(*max)
+            ),
+            None => "-".to_owned(),
+        }
+    };
+    let refused: usize = outcomes.iter().filter(|o| o.refused_after_running > 0).count();
+    let creating = outcomes.iter().filter(|o| o.creating_past_deadline).count();
+    let failed: Vec<&str> = outcomes.iter().filter_map(|o| o.failed.as_deref()).collect();
+    println!(
+        "{label:<22} {:>4}  {:<34} {:<34} {refused:>7} {creating:>8} {:>6}",
+        outcomes.len(),
+        summary(|o| o.running),
+        summary(|o| o.connected),
+        failed.len()
+    );
+    for failure in failed.iter().take(3) {
+        println!("    failed: {failure}");
+    }
+}
+
+/// CPU time each component of the create path has used so far.
+struct CpuUse(Vec<(String, u32, Duration)>);
+
+impl CpuUse {
+    fn now(env: &TestEnv, api_pid: u32) -> Self {
+        let mut processes = vec![("stack-api".to_owned(), api_pid)];
+        processes.extend(
+            Component::find(&env.settings, "kube-apiserver")
+                .ok()
+                .map(|c| ("kube-apiserver".to_owned(), c.pid())),
+        );
+        for node in 1..=env.settings.real_nodes {
+            for part in ["kubelet", "containerd"] {
+                let name = format!("{}-{part}", real_nodes::node_name(node));
+                if let Ok(component) = Component::find(&env.settings, &name) {
+                    processes.push((part.to_owned(), component.pid()));
+                }
+            }
+        }
+        Self(
+            processes
+                .into_iter()
+                .map(|(name, pid)| (name, pid, cpu_time(pid).unwrap_or_default()))
+                .collect(),
+        )
+    }
+
+    fn print_per_pod(&self, env: &TestEnv, pods: usize) {
+        self.print_per_pod_with(env, pods, Duration::ZERO);
+    }
+
+    /// CPU ms per started pod by component, the nodes' components summed; `shims`: what the
+    /// pods' containerd shims (with the runc processes they ran) used.
+    fn print_per_pod_with(&self, _env: &TestEnv, pods: usize, shims: Duration) {
+        let mut by_part: Vec<(String, Duration)> = Vec::new();
+        for (name, pid, before) in &self.0 {
+            let spent = cpu_time(*pid).unwrap_or(*before).saturating_sub(*before);
+            match by_part.iter_mut().find(|(n, _)| n == name) {
+                Some((_, total)) => *total += spent,
+                None => by_part.push((name.clone(), spent)),
+            }
+        }
+        if shims > Duration::ZERO {
+            by_part.push(("shims+runc".to_owned(), shims));
+        }
+        let per_pod = |d: Duration| d.as_secs_f64() * 1000.0 / pods.max(1) as f64;
+        let parts: Vec<String> = by_part
+            .iter()
+            .map(|(name, spent)| format!("{name} {:.0}", per_pod(*spent)))
+            .collect();
+        println!("    CPU ms per started pod: {}", parts.join(", "));
+    }
+}
+
+/// CPU of every containerd shim running now, with the children it reaped (runc).
+fn shim_cpu() -> Duration {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Duration::ZERO;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains("containerd-shim-runc-v2"))
+        })
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let fields: Vec<u64> = stat[stat.rfind(')')? + 2..]
+                .split_whitespace()
+                .skip(11)
+                .take(4)
+                .filter_map(|f| f.parse().ok())
+                .collect();
+            Some(Duration::from_millis(fields.iter().sum::<u64>() * 10))
+        })
+        .sum()
+}

@@ -1,0 +1,81 @@
+//! Manifests of the local environment's challenge images (`tests/env/images/README.md`), as a
+//! CTF platform sends them: a plain Pod, its flag in an environment variable.
+
+use crate::env::real_nodes;
+
+/// Port the `tcp` and `http` images listen on.
+pub const CHALLENGE_PORT: u16 = 8080;
+/// Port the `lowport` image listens on, as uid 1000.
+pub const LOW_PORT: u16 = 80;
+
+/// A challenge: an image of the environment's registry (or any reference), its port, and an
+/// optional readiness probe.
+#[derive(Debug, Clone)]
+pub struct Challenge {
+    pub image: String,
+    pub port: u16,
+    pub flag: String,
+    /// `httpGet` on the port, every second.
+    pub http_readiness: bool,
+    pub env: Vec<(String, String)>,
+    /// The container's CPU limit (and request, as the validator makes them equal).
+    pub cpu: String,
+}
+
+impl Challenge {
+    /// The image `name` of the registry at `registry` (`STACK_ENV_REGISTRY`).
+    pub fn local(registry: &str, name: &str) -> Self {
+        let port = if name == "lowport" { LOW_PORT } else { CHALLENGE_PORT };
+        Self::of_image(&real_nodes::image(registry, name), port)
+    }
+
+    pub fn of_image(image: &str, port: u16) -> Self {
+        Self {
+            image: image.to_owned(),
+            port,
+            flag: format!("CTF{{{:08x}}}", rand::random::<u32>()),
+            http_readiness: false,
+            env: Vec::new(),
+            // Enough that runc's init is not throttled for long: under a 50m CPU quota a pod
+            // takes two seconds to start (bench-connect measures it).
+            cpu: "200m".to_owned(),
+        }
+    }
+
+    pub fn with_http_readiness(mut self) -> Self {
+        self.http_readiness = true;
+        self
+    }
+
+    pub fn with_cpu(mut self, cpu: &str) -> Self {
+        cpu.clone_into(&mut self.cpu);
+        self
+    }
+
+    pub fn with_env(mut self, name: &str, value: &str) -> Self {
+        self.env.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// The Pod manifest (YAML).
+    pub fn manifest(&self) -> String {
+        let mut env = format!("        - name: FLAG\n          value: \"{}\"\n", self.flag);
+        for (name, value) in &self.env {
+            env.push_str(&format!("        - name: {name}\n          value: \"{value}\"\n"));
+        }
+        let probe = if self.http_readiness {
+            format!(
+                "      readinessProbe:\n        httpGet:\n          path: /\n          port: {}\n        periodSeconds: 1\n",
+                self.port
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: challenge\n  labels:\n    challenge: stack-env\nspec:\n  containers:\n    - name: challenge\n      image: {image}\n      ports:\n        - containerPort: {port}\n      env:\n{env}{probe}      resources:\n        limits:\n          cpu: {cpu}\n          memory: 32Mi\n",
+            image = self.image,
+            cpu = self.cpu,
+            port = self.port,
+        )
+    }
+}

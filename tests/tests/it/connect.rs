@@ -1,0 +1,297 @@
+//! The moment the product exists for, on the real nodes (kubelet, containerd, runc, CNI,
+//! kube-proxy): a platform creates a stack, polls its status, and the participant connects to
+//! `node_public_ip:node_port` and reads the challenge.
+//!
+//! Each test takes ports of its own at the top of the range (the admission policy admits host
+//! ports in 31001-32767): the simulated nodes' tests create NodePort services from the bottom
+//! of it, and kube-proxy on the real nodes serves every Service of the cluster.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use http::Method;
+use serde_json::{Value, json};
+use stack_tests::api::{ApiHarness, Reply};
+use stack_tests::challenges::Challenge;
+use stack_tests::participant::{
+    CAP_NET_RAW, address_of, has_capability, http_get, read_all, status_field, time_until_refused,
+};
+
+/// Longest a created stack may take to read `running` here (images are on the nodes).
+const START_BOUND: Duration = Duration::from_secs(30);
+/// Longest a deleted stack's port may keep answering: the kubelet kills the container, or
+/// kube-proxy drops the Service's rules, within a few seconds.
+const GONE_BOUND: Duration = Duration::from_secs(15);
+
+/// A harness over the real nodes whose stacks take `ports` (inclusive) of the range.
+async fn on_real_nodes(exposure: &str, ports: (u16, u16), extra: &[(&str, &str)]) -> ApiHarness {
+    let (min, max) = (ports.0.to_string(), ports.1.to_string());
+    let mut vars = vec![
+        ("STACK_EXPOSURE", exposure),
+        ("STACK_NODEPORT_MIN", min.as_str()),
+        ("STACK_NODEPORT_MAX", max.as_str()),
+    ];
+    vars.extend_from_slice(extra);
+    ApiHarness::on_real_nodes(&vars).await
+}
+
+fn stack_id(reply: &Reply) -> String {
+    reply.json["stack_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no stack_id in {}", reply.json))
+        .to_owned()
+}
+
+/// Polls the status route as a platform does (every 200 ms) until the stack is no longer
+/// `creating`: the last answer, and every status it read on the way.
+async fn poll_status(api: &ApiHarness, id: &str, bound: Duration) -> (Reply, Vec<String>) {
+    let started = Instant::now();
+    let mut seen = Vec::new();
+    loop {
+        let reply = api.call(Method::GET, &format!("/stacks/{id}/status"), None).await;
+        assert_eq!(reply.status, 200, "{}", reply.json);
+        let status = reply.json["status"].as_str().unwrap_or_default().to_owned();
+        seen.push(status.clone());
+        if status != "creating" {
+            return (reply, seen);
+        }
+        assert!(
+            started.elapsed() < bound,
+            "{id} still creating after {bound:?}: {}",
+            reply.json
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Creates `challenge` with `target_port` (either client generation's shape) and polls until
+/// it runs: the stack's address.
+async fn create_running(api: &ApiHarness, challenge: &Challenge, target_port: Value) -> (String, SocketAddr) {
+    let created = api.create(&challenge.manifest(), target_port).await;
+    assert_eq!(created.status, 201, "{}", created.json);
+    let id = stack_id(&created);
+    let (status, _) = poll_status(api, &id, START_BOUND).await;
+    assert_eq!(status.json["status"], "running", "{}", status.json);
+    let address = address_of(&status.json).unwrap_or_else(|| panic!("no address in {}", status.json));
+    (id, address)
+}
+
+async fn delete(api: &ApiHarness, id: &str) {
+    let reply = api.call(Method::DELETE, &format!("/stacks/{id}"), None).await;
+    assert_eq!(reply.status, 200, "{}", reply.json);
+}
+
+/// The participant's first connection after `running`, read to the end.
+async fn banner(address: SocketAddr) -> String {
+    read_all(address)
+        .await
+        .unwrap_or_else(|e| panic!("{address} refused a participant after `running`: {e}"))
+}
+
+#[tokio::test]
+async fn a_participant_reads_the_challenge_in_both_exposure_modes_and_both_client_shapes() {
+    let v1 = |protocol: &str| json!([{ "container_port": 8080, "protocol": protocol }]);
+    let cases = [
+        ("nodeport", (32740, 32741), v1("TCP")),
+        ("nodeport", (32742, 32743), json!(8080)),
+        ("hostport", (32744, 32745), v1("tcp")),
+        ("hostport", (32746, 32747), json!(8080)),
+    ];
+    let runs = cases.into_iter().map(|(exposure, ports, target_port)| async move {
+        let api = on_real_nodes(exposure, ports, &[]).await;
+        let challenge = Challenge::local(api.registry(), "tcp");
+        let (id, address) = create_running(&api, &challenge, target_port.clone()).await;
+        assert!((ports.0..=ports.1).contains(&address.port()), "{exposure}: {address}");
+        assert!(
+            address.ip().to_string().starts_with("10."),
+            "a real node's address: {address}"
+        );
+
+        let said = banner(address).await;
+        let first = said.lines().next().unwrap_or_default();
+        assert_eq!(
+            first,
+            format!("stack-env challenge on {id} as uid 0"),
+            "{exposure} {target_port}"
+        );
+        assert!(said.contains(&format!("flag: {}", challenge.flag)), "{said}");
+
+        delete(&api, &id).await;
+        let gone = time_until_refused(address, GONE_BOUND).await;
+        assert!(
+            gone.is_some(),
+            "{exposure}: {address} still answers {GONE_BOUND:?} after the delete"
+        );
+        api.finish().await;
+    });
+    futures::future::join_all(runs).await;
+}
+
+#[tokio::test]
+async fn the_runtime_applies_the_forced_hardening_seen_from_inside() {
+    let api = on_real_nodes("nodeport", (32748, 32751), &[]).await;
+    let challenge = Challenge::local(api.registry(), "tcp");
+    let (id, address) = create_running(&api, &challenge, json!(8080)).await;
+
+    let said = banner(address).await;
+    assert_eq!(
+        status_field(&said, "Seccomp"),
+        Some("2"),
+        "seccomp RuntimeDefault: {said}"
+    );
+    assert_eq!(status_field(&said, "NoNewPrivs"), Some("1"), "{said}");
+    let caps = status_field(&said, "CapEff").unwrap_or_else(|| panic!("no CapEff in {said}"));
+    assert!(
+        !has_capability(caps, CAP_NET_RAW),
+        "NET_RAW must be dropped: CapEff {caps}"
+    );
+    assert_eq!(
+        status_field(&said, "token"),
+        Some("absent"),
+        "no service account token: {said}"
+    );
+
+    delete(&api, &id).await;
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn a_challenge_that_listens_late_answers_its_first_request_once_running() {
+    let api = on_real_nodes("hostport", (32752, 32755), &[]).await;
+    // It sleeps 3 s before listening and declares a readiness probe.
+    let challenge = Challenge::local(api.registry(), "http").with_http_readiness();
+    let created_at = Instant::now();
+    let created = api.create(&challenge.manifest(), json!(8080)).await;
+    assert_eq!(created.status, 201, "{}", created.json);
+    assert_eq!(created.json["status"], "creating", "not ready yet: {}", created.json);
+    let id = stack_id(&created);
+    let (status, seen) = poll_status(&api, &id, START_BOUND).await;
+    assert_eq!(status.json["status"], "running", "{}", status.json);
+    assert!(
+        created_at.elapsed() >= Duration::from_secs(3),
+        "running after {:?}, before the challenge listens; statuses {seen:?}",
+        created_at.elapsed()
+    );
+    let address = address_of(&status.json).expect("address");
+    let (code, body) = http_get(address, "/")
+        .await
+        .unwrap_or_else(|e| panic!("first request after `running` failed: {e}"));
+    assert_eq!((code, body.trim()), (200, "stack-env http challenge"));
+
+    delete(&api, &id).await;
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn a_non_root_challenge_binds_a_port_below_1024() {
+    let api = on_real_nodes("hostport", (32756, 32759), &[]).await;
+    let challenge = Challenge::local(api.registry(), "lowport");
+    let (id, address) = create_running(&api, &challenge, json!(80)).await;
+    let said = banner(address).await;
+    assert!(
+        said.lines().next().unwrap_or_default().ends_with("as uid 1000"),
+        "{said}"
+    );
+    delete(&api, &id).await;
+    api.finish().await;
+}
+
+/// How each failing image ends: its reason, and how long a platform may have to wait for it.
+struct Failing {
+    what: &'static str,
+    challenge: fn(&str, &str) -> Challenge,
+    reason: &'static str,
+    within: Duration,
+}
+
+#[tokio::test]
+async fn a_stack_that_cannot_start_ends_failed_with_its_reason_and_frees_its_port() {
+    // The start deadline (at least the scheduling timeout) is short here so that transient
+    // troubles end within the test.
+    const START_TIMEOUT: &str = "30s";
+    let cases = [
+        Failing {
+            what: "a tag the registry does not have",
+            challenge: |registry, _| Challenge::of_image(&format!("{registry}/stack-env/none:404"), 8080),
+            reason: "image_not_found",
+            within: Duration::from_secs(25),
+        },
+        Failing {
+            what: "an entrypoint that exits 3",
+            challenge: |registry, _| Challenge::local(registry, "crash"),
+            reason: "container_exited",
+            within: Duration::from_secs(25),
+        },
+        Failing {
+            what: "a registry that is down",
+            challenge: |_, down| Challenge::of_image(&format!("{down}/stack-env/tcp:1"), 8080),
+            reason: "image_pull_failed",
+            within: Duration::from_secs(50),
+        },
+        Failing {
+            what: "a challenge never ready",
+            challenge: |registry, _| {
+                Challenge::local(registry, "http")
+                    .with_http_readiness()
+                    .with_env("DELAY", "600")
+            },
+            reason: "start_timeout",
+            within: Duration::from_secs(50),
+        },
+    ];
+    let runs = cases.into_iter().zip(32700_u16..).map(|(case, port)| async move {
+        let probe = on_real_nodes("hostport", (port, port), &[]).await;
+        let registry = probe.registry().to_owned();
+        probe.finish().await;
+        // Nothing listens on port 1 of the registry's host.
+        let down = format!("{}:1", registry.split(':').next().unwrap_or_default());
+        let allowlist = format!("{registry}/,{down}/");
+        let api = on_real_nodes(
+            "hostport",
+            (port, port),
+            &[
+                ("STACK_IMAGE_ALLOWLIST", &allowlist),
+                ("STACK_SCHEDULING_TIMEOUT", "20s"),
+                ("STACK_START_TIMEOUT", START_TIMEOUT),
+            ],
+        )
+        .await;
+        let created = api
+            .create(&(case.challenge)(&registry, &down).manifest(), json!(8080))
+            .await;
+        assert_eq!(created.status, 201, "{}: {}", case.what, created.json);
+        let id = stack_id(&created);
+        let (status, _) = poll_status(&api, &id, case.within).await;
+        assert_eq!(status.json["status"], "failed", "{}: {}", case.what, status.json);
+        assert_eq!(status.json["reason"], case.reason, "{}: {}", case.what, status.json);
+        assert!(
+            status.json["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{}: {}",
+            case.what,
+            status.json
+        );
+        // Still readable as failed, its objects gone.
+        let read = api.call(Method::GET, &format!("/stacks/{id}"), None).await;
+        assert_eq!(
+            (read.status, read.json["status"].as_str()),
+            (200, Some("failed")),
+            "{}",
+            read.json
+        );
+        // Its pod leaves once its kubelet has stopped it (a one-second grace period).
+        let deadline = Instant::now() + GONE_BOUND;
+        while !api.managed_pods().await.is_empty() {
+            assert!(Instant::now() < deadline, "{}: its pod is left", case.what);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        // Its only port serves the next stack.
+        let next = Challenge::local(&registry, "tcp");
+        let (next_id, address) = create_running(&api, &next, json!(8080)).await;
+        assert_eq!(address.port(), port, "{}", case.what);
+        assert!(banner(address).await.contains(&next.flag), "{}", case.what);
+        delete(&api, &next_id).await;
+        delete(&api, &id).await;
+        api.finish().await;
+    });
+    futures::future::join_all(runs).await;
+}
