@@ -86,6 +86,9 @@ pub struct Config {
     pub max_memory_bytes: Option<i64>,
     pub ephemeral_storage_limit: String,
     pub image_allowlist: Vec<String>,
+    /// `STACK_RUNTIME_CLASS`: the RuntimeClass every stack pod runs under (a sandboxed runtime
+    /// such as gVisor's `runsc`); none: the nodes' default runtime.
+    pub runtime_class: Option<String>,
     /// ConfigMaps of the stack namespace that manifests may reference (mount or read).
     pub shared_config_maps: Vec<String>,
     /// Secrets of the stack namespace that manifests may reference (mount or read).
@@ -230,6 +233,7 @@ impl Config {
                 .string("STACK_IMAGE_ALLOWLIST")
                 .map(|v| split_list(&v))
                 .unwrap_or_default(),
+            runtime_class: env.string("STACK_RUNTIME_CLASS"),
             shared_config_maps: env
                 .string("STACK_SHARED_CONFIGMAPS")
                 .map(|v| split_list(&v))
@@ -329,6 +333,13 @@ impl Config {
             problems.push(format!(
                 "STACK_PROXY_SYNC: must be at most {} (kube-proxy syncs at least every 30 s)",
                 format_duration(MAX_PROXY_SYNC)
+            ));
+        }
+        if let Some(class) = &self.runtime_class
+            && !is_dns_subdomain(class)
+        {
+            problems.push(format!(
+                "STACK_RUNTIME_CLASS: must name a RuntimeClass (a DNS subdomain), got {class:?}"
             ));
         }
         if self.start_timeout < self.scheduling_timeout {
@@ -502,6 +513,10 @@ fn is_dns_label(s: &str) -> bool {
         && !s.ends_with('-')
 }
 
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(|label| label.len() <= 63 && is_dns_label(label))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -564,6 +579,17 @@ mod tests {
         assert_eq!(set.scheduling_timeout, Duration::from_secs(90));
         let err = config(&[("API_KEY", "k"), ("STACK_ON_UNSCHEDULABLE", "queue")]).unwrap_err();
         assert!(err.to_string().contains("STACK_ON_UNSCHEDULABLE"), "{err}");
+    }
+
+    #[test]
+    fn the_runtime_class_is_optional_and_must_name_a_runtime_class() {
+        assert_eq!(config(&[("API_KEY", "k")]).unwrap().runtime_class, None);
+        let gvisor = config(&[("API_KEY", "k"), ("STACK_RUNTIME_CLASS", "gvisor")]).unwrap();
+        assert_eq!(gvisor.runtime_class.as_deref(), Some("gvisor"));
+        let dotted = config(&[("API_KEY", "k"), ("STACK_RUNTIME_CLASS", "sandbox.example.com")]).unwrap();
+        assert_eq!(dotted.runtime_class.as_deref(), Some("sandbox.example.com"));
+        let err = config(&[("API_KEY", "k"), ("STACK_RUNTIME_CLASS", "gVisor Sandbox")]).unwrap_err();
+        assert!(err.to_string().contains("STACK_RUNTIME_CLASS"), "{err}");
     }
 
     #[test]

@@ -41,6 +41,8 @@ pub(super) fn apply(pod: &mut Pod, stack_id: &StackId, policy: &ValidationPolicy
             .map_or(policy.max_lifetime_secs, |asked| asked.min(policy.max_lifetime_secs)),
     );
     spec.node_selector = Some(BTreeMap::from([("role".to_owned(), policy.node_role.clone())]));
+    // The operator's sandbox for every stack; the validator refused the manifest's own.
+    spec.runtime_class_name = policy.runtime_class.clone();
     spec.security_context = Some(PodSecurityContext {
         seccomp_profile: Some(runtime_default()),
         ..Default::default()

@@ -22,6 +22,8 @@ pub struct ValidationPolicy {
     pub ephemeral_storage_limit: i64,
     /// `STACK_IMAGE_ALLOWLIST`: registry/repository prefixes images must start with; empty allows any.
     pub image_allowlist: Vec<String>,
+    /// `STACK_RUNTIME_CLASS`: forced as `runtimeClassName` (a manifest may not choose one).
+    pub runtime_class: Option<String>,
     /// `STACK_SHARED_CONFIGMAPS`: the only ConfigMaps a manifest may reference.
     pub shared_config_maps: Vec<String>,
     /// `STACK_SHARED_SECRETS`: the only Secrets a manifest may reference.
@@ -68,6 +70,7 @@ impl ValidationPolicy {
             max_memory_bytes: config.max_memory_bytes,
             ephemeral_storage_limit,
             image_allowlist: config.image_allowlist.clone(),
+            runtime_class: config.runtime_class.clone(),
             shared_config_maps: config.shared_config_maps.clone(),
             shared_secrets: config.shared_secrets.clone(),
             image_pull_secrets: config.image_pull_secrets.clone(),

@@ -26,6 +26,7 @@ pub(super) fn policy() -> ValidationPolicy {
         max_memory_bytes: Some(8 << 30),
         ephemeral_storage_limit: 1 << 30,
         image_allowlist: Vec::new(),
+        runtime_class: None,
         shared_config_maps: strings(&["cfg", "c", "web-cfg", "scripts"]),
         shared_secrets: strings(&["flag", "s"]),
         image_pull_secrets: strings(&["pull"]),

@@ -51,6 +51,32 @@ fn forced_settings_are_applied() {
 }
 
 #[test]
+fn the_operators_runtime_class_is_forced_and_none_is_left_alone() {
+    let hardened = run(&serde_yaml::to_string(&base()).unwrap()).unwrap();
+    let out = serde_json::to_value(&hardened.pod).unwrap();
+    assert!(out["spec"].get("runtimeClassName").is_none(), "{}", out["spec"]);
+    let sandboxed = ValidationPolicy {
+        runtime_class: Some("gvisor".into()),
+        ..policy()
+    };
+    let hardened = validate(
+        &serde_yaml::to_string(&base()).unwrap(),
+        &[tcp(80)],
+        &stack_id(),
+        &sandboxed,
+    )
+    .unwrap();
+    let out = serde_json::to_value(&hardened.pod).unwrap();
+    assert_eq!(out["spec"]["runtimeClassName"], "gvisor");
+    // The manifest still may not choose one, sandboxed or not.
+    for policy in [policy(), sandboxed] {
+        let chosen = edited(&[("/spec/runtimeClassName", json!("runc"))]);
+        let r = validate(&chosen, &[tcp(80)], &stack_id(), &policy).unwrap_err();
+        assert_eq!(r.path, "spec.runtimeClassName");
+    }
+}
+
+#[test]
 fn ephemeral_storage_is_a_per_stack_budget() {
     let container = |name: &str, storage: Option<&str>| {
         let mut c =
