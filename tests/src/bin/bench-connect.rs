@@ -5,7 +5,7 @@
 //! ```text
 //! cargo build --release -p stack-api -p stack-tests --bin stack-api --bin bench-connect
 //! target/release/bench-connect [--bursts 1,25,50,75] [--sequential 10] [--exposure hostport|nodeport]
-//!                              [--cpu 50m] [--poll-ms 100] [--rounds 1]
+//!                              [--cpu 50m] [--poll-ms 100] [--rounds 1] [--proxy-sync 1s]
 //! ```
 //!
 //! Prints, per burst: create → `running` and create → first successful read (p50/p95/p99/max),
@@ -43,6 +43,8 @@ struct Options {
     cpu: String,
     poll: Duration,
     rounds: usize,
+    /// `STACK_PROXY_SYNC` of the API (`0s` shows what the wait for kube-proxy prevents).
+    proxy_sync: String,
 }
 
 impl Options {
@@ -65,6 +67,7 @@ impl Options {
             cpu: value("--cpu").unwrap_or_else(|| "50m".into()),
             poll: Duration::from_millis(value("--poll-ms").and_then(|n| n.parse().ok()).unwrap_or(100)),
             rounds: value("--rounds").and_then(|n| n.parse().ok()).unwrap_or(1),
+            proxy_sync: value("--proxy-sync").unwrap_or_else(|| "1s".into()),
         }
     }
 }
@@ -119,6 +122,7 @@ async fn run(env: &TestEnv, options: &Options, registry: &str, fixture: &mut Ben
         ("STACK_IMAGE_ALLOWLIST", allowlist.as_str()),
         ("STACK_CREATE_CONCURRENCY", slots.as_str()),
         ("STACK_START_TIMEOUT", deadline.as_str()),
+        ("STACK_PROXY_SYNC", options.proxy_sync.as_str()),
     ];
     let api = ApiProcess::spawn(&env.settings, &namespace, &table, API_KEY, &settings).map_err(|e| e.to_string())?;
     let client = ApiClient::new(api.addr(), API_KEY);
@@ -127,8 +131,9 @@ async fn run(env: &TestEnv, options: &Options, registry: &str, fixture: &mut Ben
         .await
         .map_err(|e| e.to_string())?;
     println!(
-        "bench-connect: STACK_EXPOSURE={}, {} real nodes, challenge {} (cpu {}), status polled every {} ms",
+        "bench-connect: STACK_EXPOSURE={} (STACK_PROXY_SYNC={}), {} real nodes, challenge {} (cpu {}), status polled every {} ms",
         options.exposure,
+        options.proxy_sync,
         env.settings.real_nodes,
         real_nodes::image(registry, "tcp"),
         options.cpu,
@@ -137,6 +142,7 @@ async fn run(env: &TestEnv, options: &Options, registry: &str, fixture: &mut Ben
     // Warm-up: the API's clients and port view, and the image on every node.
     let warm = burst(&client, options, registry, env.settings.real_nodes.max(1)).await;
     delete_all(&client, &warm).await;
+    wait_no_pods(env, &namespace).await;
 
     println!(
         "{:<22} {:>4}  {:<34} {:<34} {:>7} {:>8} {:>6}",
@@ -155,6 +161,7 @@ async fn run(env: &TestEnv, options: &Options, registry: &str, fixture: &mut Ben
             let outcomes = burst(&client, options, registry, 1).await;
             delete_all(&client, &outcomes).await;
             sequential.extend(outcomes);
+            wait_no_pods(env, &namespace).await;
         }
         if !sequential.is_empty() {
             report(&format!("1 at a time x{}", options.sequential), &sequential);
@@ -167,8 +174,9 @@ async fn run(env: &TestEnv, options: &Options, registry: &str, fixture: &mut Ben
             report(&format!("{n} at once"), &outcomes);
             cpu.print_per_pod_with(env, outcomes.len(), shims);
             delete_all(&client, &outcomes).await;
-            // The next burst starts on quiet nodes.
-            tokio::time::sleep(Duration::from_secs(5)).await;
+            // The next burst starts on quiet nodes, their CPU requests free again.
+            wait_no_pods(env, &namespace).await;
+            tokio::time::sleep(Duration::from_secs(2)).await;
         }
     }
     drop(api);
@@ -241,6 +249,19 @@ async fn connect(address: SocketAddr, flag: &str, refused: &mut usize, start: In
         tokio::time::sleep(RETRY_CONNECT).await;
     }
     None
+}
+
+/// Until the namespace's pods are gone (their kubelets stopped them).
+async fn wait_no_pods(env: &TestEnv, namespace: &str) {
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(env.kube.clone(), namespace);
+    let until = Instant::now() + Duration::from_secs(120);
+    while Instant::now() < until {
+        match pods.list_metadata(&kube::api::ListParams::default()).await {
+            Ok(list) if list.items.is_empty() => return,
+            _ => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
+    }
+    eprintln!("bench-connect: pods of {namespace} still there after 120 s");
 }
 
 async fn delete_all(client: &ApiClient, outcomes: &[Outcome]) {

@@ -295,3 +295,30 @@ async fn a_stack_that_cannot_start_ends_failed_with_its_reason_and_frees_its_por
     });
     futures::future::join_all(runs).await;
 }
+
+#[tokio::test]
+async fn every_stack_runs_under_the_operators_runtime_class() {
+    use k8s_openapi::api::node::v1::RuntimeClass;
+    use kube::api::PostParams;
+    // The real nodes' containerd offers the handler `runc`; gVisor's shim cannot run on these
+    // machines (tests/env/README.md), so the class the operator forces here names runc.
+    const CLASS: &str = "stack-env-runc";
+    let api = on_real_nodes("hostport", (32704, 32705), &[("STACK_RUNTIME_CLASS", CLASS)]).await;
+    let class: RuntimeClass =
+        serde_json::from_value(json!({ "metadata": { "name": CLASS }, "handler": "runc" })).expect("a RuntimeClass");
+    match kube::Api::<RuntimeClass>::all(api.env.kube.clone())
+        .create(&PostParams::default(), &class)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(error) => panic!("create RuntimeClass {CLASS}: {error}"),
+    }
+    let challenge = Challenge::local(api.registry(), "tcp");
+    let (id, address) = create_running(&api, &challenge, json!(8080)).await;
+    assert!(banner(address).await.contains(&challenge.flag));
+    let pod = api.pods_api().get(&id).await.expect("the stack's pod");
+    assert_eq!(pod.spec.and_then(|s| s.runtime_class_name).as_deref(), Some(CLASS));
+    delete(&api, &id).await;
+    api.finish().await;
+}
