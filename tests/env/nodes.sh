@@ -321,8 +321,9 @@ imageGCLowThresholdPercent: 99
 # As EKS's nodeadm sets it: a slow pull does not hold up every other pod of the node.
 serializeImagePulls: false
 YAML
-    # kube-proxy as EKS's add-on runs it (iptables mode); conntrack limits are left alone
-    # (they are the host's), its ports live in the node's namespace.
+    # kube-proxy in iptables mode, EKS's default; minSyncPeriod 0s applies an endpoint change
+    # at once (upstream's default is 1s); conntrack limits are left alone (they are the
+    # host's), its ports live in the node's namespace.
     cat >"$root/kube-proxy.yaml" <<YAML
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration

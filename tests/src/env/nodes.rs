@@ -25,7 +25,7 @@ pub const ROLE_LABEL: &str = "role";
 /// `STACK_NODE_ROLE` to this role, or to one of its own nodes.
 pub const SIMULATED_ROLE: &str = "sim";
 
-const NODE_READY_TIMEOUT: Duration = Duration::from_secs(60);
+const NODE_READY_TIMEOUT: Duration = Duration::from_secs(90);
 
 const EPHEMERAL_STORAGE: &str = "4Ti";
 
@@ -241,7 +241,6 @@ pub async fn delete_node(client: &Client, name: &str) -> Result<(), EnvError> {
 /// the not-ready taint for a moment, and `up` must not return before stacks can be scheduled.
 pub async fn wait_schedulable(client: &Client, role: &str) -> Result<(), EnvError> {
     use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
-    let pods = Api::<Pod>::namespaced(client.clone(), "default");
     let name = format!("schedulable-probe-{role}");
     let probe = Pod {
         metadata: ObjectMeta {
@@ -261,23 +260,29 @@ pub async fn wait_schedulable(client: &Client, role: &str) -> Result<(), EnvErro
     };
     // Right after `up` starts the controller manager, `default` may still lack its account.
     wait_default_service_account(client, "default").await?;
-    match pods.create(&PostParams::default(), &probe).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 409 => {}
-        Err(error) => return Err(EnvError::kube(format!("create pod {name}"))(error)),
-    }
     let scheduled = |pod: Option<&Pod>| {
         pod.and_then(|p| p.spec.as_ref())
             .is_some_and(|spec| spec.node_name.is_some())
     };
-    let placed = wait_for(
-        &pods,
-        &name,
-        &format!("a {role} pod to be scheduled"),
-        NODE_READY_TIMEOUT,
-        scheduled,
-    )
-    .await;
+    run_probe_pod(client, &probe, &format!("a {role} pod to be scheduled"), scheduled).await
+}
+
+/// Creates `probe` in `default` (or takes the one already there), waits until `condition` holds
+/// for it (`what`), and deletes it however the wait ended.
+pub async fn run_probe_pod(
+    client: &Client,
+    probe: &k8s_openapi::api::core::v1::Pod,
+    what: &str,
+    condition: impl kube::runtime::wait::Condition<k8s_openapi::api::core::v1::Pod>,
+) -> Result<(), EnvError> {
+    let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), "default");
+    let name = probe.metadata.name.clone().unwrap_or_default();
+    match pods.create(&PostParams::default(), probe).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(error) => return Err(EnvError::kube(format!("create pod {name}"))(error)),
+    }
+    let waited = wait_for(&pods, &name, what, NODE_READY_TIMEOUT, condition).await;
     pods.delete(
         &name,
         &DeleteParams {
@@ -287,7 +292,7 @@ pub async fn wait_schedulable(client: &Client, role: &str) -> Result<(), EnvErro
     )
     .await
     .map_err(EnvError::kube(format!("delete pod {name}")))?;
-    placed.map(|_| ())
+    waited.map(|_| ())
 }
 
 #[cfg(test)]

@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, ContainerPort, Node, Pod, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{ObjectMeta, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use super::EnvError;
-use super::nodes::{ROLE_LABEL, wait_node_ready};
+use super::nodes::{ROLE_LABEL, run_probe_pod, wait_node_ready};
 use super::wait::wait_for;
 
 /// The role of the real nodes, the provisioner's default `STACK_NODE_ROLE`.
@@ -28,7 +28,6 @@ const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialize
 /// Where a kubelet with an external cloud provider puts its `--node-ip`.
 const PROVIDED_IP_ANNOTATION: &str = "alpha.kubernetes.io/provided-node-ip";
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(90);
-const PROBE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// The name of real node `index` (1-based), as `nodes.sh` starts it.
 pub fn node_name(index: usize) -> String {
@@ -94,7 +93,6 @@ async fn initialize(client: &Client, name: &str) -> Result<Node, EnvError> {
 
 /// A pod of the TCP challenge on `node`, waited until Ready, then deleted.
 async fn run_probe(client: &Client, node: &str, registry: &str) -> Result<(), EnvError> {
-    let pods = Api::<Pod>::namespaced(client.clone(), "default");
     let name = format!("probe-{node}");
     let limits = BTreeMap::from([
         ("cpu".to_owned(), Quantity("50m".to_owned())),
@@ -129,29 +127,7 @@ async fn run_probe(client: &Client, node: &str, registry: &str) -> Result<(), En
         }),
         ..Pod::default()
     };
-    match pods.create(&PostParams::default(), &probe).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 409 => {}
-        Err(error) => return Err(EnvError::kube(format!("create pod {name}"))(error)),
-    }
-    let ready = wait_for(
-        &pods,
-        &name,
-        &format!("a pod to run on {node}"),
-        PROBE_TIMEOUT,
-        is_pod_ready,
-    )
-    .await;
-    pods.delete(
-        &name,
-        &DeleteParams {
-            grace_period_seconds: Some(0),
-            ..DeleteParams::default()
-        },
-    )
-    .await
-    .map_err(EnvError::kube(format!("delete pod {name}")))?;
-    ready.map(|_| ())
+    run_probe_pod(client, &probe, &format!("a pod to run on {node}"), is_pod_ready).await
 }
 
 /// Whether the pod's Ready condition is True.
