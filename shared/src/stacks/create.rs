@@ -330,7 +330,9 @@ impl Stacks {
                 return Ok((ports, self.placement(&pod, pod_health(&pod)).await?, applied));
             }
             tracing::debug!(stack_id = %id, attempt, ?ports, "host ports taken, choosing again");
-            self.cluster.delete_pod(&id.pod_name(), PodDeletion::Graceful).await?;
+            // At once: the next choice creates a pod of the same name, and this one never ran
+            // (no node took it, or its kubelet refused it): there is nothing to tear down.
+            self.cluster.delete_pod(&id.pod_name(), PodDeletion::Now).await?;
             self.cluster.release_node_ports(&ports);
             if let [only] = ports.as_slice() {
                 // Alone, it is certainly the taken one.
