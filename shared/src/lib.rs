@@ -8,6 +8,8 @@ pub mod eks;
 pub mod history;
 pub mod lifecycle;
 pub mod model;
+#[cfg(test)]
+mod module_graph;
 pub mod reconcile;
 pub mod stacks;
 pub mod store;

@@ -371,6 +371,43 @@ impl StackRecord {
     }
 }
 
+/// What the cluster showed about a stack; written back only when it differs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedState {
+    pub status: StackStatus,
+    pub node_id: String,
+    pub node_public_ip: Option<String>,
+    /// Why it failed: set with status `failed` only.
+    pub failure: Option<Failure>,
+}
+
+impl ObservedState {
+    pub fn of(record: &StackRecord) -> Self {
+        Self {
+            status: record.status,
+            node_id: record.node_id.clone(),
+            node_public_ip: record.node_public_ip.clone(),
+            failure: record.failure(),
+        }
+    }
+
+    /// `record` as the store's `update_observed` leaves it when writing this at `now`.
+    pub fn apply_to(&self, record: &mut StackRecord, now: Timestamp) {
+        record.status = self.status;
+        record.node_id.clone_from(&self.node_id);
+        record.node_public_ip.clone_from(&self.node_public_ip);
+        record.updated_at = now;
+        match &self.failure {
+            Some(failure) => {
+                record.reason = Some(failure.reason);
+                record.message = Some(failure.message.clone());
+                record.failed_at = Some(now);
+            }
+            None => (record.reason, record.message, record.failed_at) = (None, None, None),
+        }
+    }
+}
+
 /// What one stack holds of the cluster: the part of its record that `/stats` counts. The
 /// table's `usage` index (template.yaml) projects exactly these attributes, so reading every
 /// stack's usage reads small index items, never the records (names must match the record's).

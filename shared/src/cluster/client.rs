@@ -16,7 +16,7 @@ use crate::deadlines::{KUBE_CONNECT_TIMEOUT, KUBE_READ_TIMEOUT, KUBE_WRITE_TIMEO
 
 use super::ClusterError;
 use crate::config::Config;
-use crate::eks::KubeTimeouts;
+use crate::eks::{BearerAuthLayer, EksError, KubeTimeouts, TokenSource, describe_cluster, kube_config};
 
 /// Who calls, in the apiserver's audit log and as the field manager of what it creates
 /// (without one, the apiserver records "unknown").
@@ -29,6 +29,26 @@ const TIMEOUTS: KubeTimeouts = KubeTimeouts {
     write: KUBE_WRITE_TIMEOUT,
 };
 
+/// Builds the one Kubernetes client of the process for EKS cluster `cluster_name`.
+///
+/// Credentials come from the SDK's provider at each renewal, so rotated role credentials are
+/// picked up. A first token is minted here so that missing credentials stop start-up.
+async fn eks_kube_client(
+    sdk: &aws_config::SdkConfig,
+    cluster_name: &str,
+    timeouts: KubeTimeouts,
+) -> Result<kube::Client, EksError> {
+    let region = sdk.region().ok_or(EksError::NoRegion)?.to_string();
+    let credentials = sdk.credentials_provider().ok_or(EksError::NoCredentialsProvider)?;
+    let endpoint = describe_cluster(&aws_sdk_eks::Client::new(sdk), cluster_name).await?;
+    let config = kube_config(&endpoint, timeouts).await?;
+    let source = std::sync::Arc::new(TokenSource::new(credentials, &region, cluster_name));
+    source.header_at(std::time::SystemTime::now()).await?;
+    let builder = client_builder(&config).map_err(|e| EksError::KubeClient(e.to_string()))?;
+    tracing::info!(cluster = cluster_name, endpoint = %endpoint.url, "EKS client ready");
+    Ok(builder.with_layer(&BearerAuthLayer::new(source)).build())
+}
+
 /// Sets the production limits on a client configuration (also used by the test harness, so
 /// tests talk to the apiserver exactly as the functions do).
 pub fn apply_client_limits(config: &mut kube::Config) {
@@ -39,7 +59,7 @@ pub fn apply_client_limits(config: &mut kube::Config) {
 /// (`K8S_KUBECONFIG`, else `KUBECONFIG`/`~/.kube/config`) and `K8S_CONTEXT`.
 pub async fn connect(config: &Config, aws: &aws_config::SdkConfig) -> Result<kube::Client, ClusterError> {
     if let Some(cluster) = &config.eks_cluster_name {
-        return crate::eks::eks_kube_client(aws, cluster, TIMEOUTS)
+        return eks_kube_client(aws, cluster, TIMEOUTS)
             .await
             .map_err(|e| ClusterError::Setup(e.to_string()));
     }

@@ -7,8 +7,8 @@ use jiff::Timestamp;
 
 use super::RemovalReason;
 use crate::cluster::ClusterError;
-use crate::model::{StackId, StackRecord};
-use crate::store::{ObservedState, StoreError};
+use crate::model::{ObservedState, StackId, StackRecord};
+use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RemoveError {

@@ -26,8 +26,7 @@ use jiff::{SignedDuration, Timestamp};
 
 use crate::cluster::{PodHealth, Rejection, Scheduling};
 use crate::config::format_duration;
-use crate::model::{Exposure, Failure, StackRecord, StackStatus};
-use crate::store::ObservedState;
+use crate::model::{Exposure, Failure, ObservedState, StackRecord, StackStatus};
 use views::{NodeView, PodView, ServiceView};
 
 pub use end::{ObjectKind, Removal, StackRemover, end_stack};

@@ -191,8 +191,8 @@ fn failed(err: &dyn std::error::Error, action: &'static str, subject: &str) -> O
 mod tests {
     use super::*;
     use crate::lifecycle::{ObjectKind, Removal};
+    use crate::model::ObservedState;
     use crate::model::{Failure, FailureReason, JobStatus, StackRecord, StackStatus};
-    use crate::store::ObservedState;
     use std::collections::HashSet;
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};

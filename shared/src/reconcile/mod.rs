@@ -6,6 +6,7 @@ mod live;
 mod observe;
 mod pass;
 mod plan;
+mod snapshot;
 mod summary;
 
 pub use apply::{ApplyError, Effects, Limits, Tally, apply};

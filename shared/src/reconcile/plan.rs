@@ -9,8 +9,8 @@ use jiff::Timestamp;
 
 use crate::lifecycle::views::{NodeView, ObjectView, PodView, ServiceView};
 use crate::lifecycle::{ObjectKind, Observed, Removal, Rules, Verdict, judge, older_than};
-use crate::model::{BatchDeleteJob, StackId, StackRecord};
-use crate::store::{IdempotencyClaim, ObservedState};
+use crate::model::{BatchDeleteJob, ObservedState, StackId, StackRecord};
+use crate::store::IdempotencyClaim;
 
 /// The settings the plan depends on.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -45,8 +45,8 @@ use crate::cluster::{
 use crate::config::OnUnschedulable;
 use crate::deadlines::{ABANDONED_CLAIM_AGE, CREATE_CLEANUP_BUDGET, CREATE_WORK_BUDGET};
 use crate::lifecycle::{PodVerdict, Removal, RemovalReason, Rules, judge_pod, proxy_sync_left};
-use crate::model::{Exposure, Failure, PortMapping, StackId, StackRecord, StackStatus, TargetPort};
-use crate::store::{IdempotencyClaim, Manifest, ObservedState, StoreError, StoredManifest};
+use crate::model::{Exposure, Failure, ObservedState, PortMapping, StackId, StackRecord, StackStatus, TargetPort};
+use crate::store::{IdempotencyClaim, Manifest, StoreError, StoredManifest};
 use crate::validate::{self, HardenedPod};
 
 /// Choices of host ports one create tries before answering 503.

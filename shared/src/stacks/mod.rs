@@ -19,10 +19,11 @@ pub use read::{ListPage, Stats};
 
 use crate::cluster::{self, Cluster, ClusterError, NamespacePolicy, PodDeletion, PortPolicy};
 use crate::config::{Config, ConfigError};
+use crate::history::RefusalReason;
 use crate::lifecycle::end::{ObjectKind, RecordWrite, RemoveError, StackRemover, delete_objects};
 use crate::lifecycle::{Removal, RemovalReason, end_stack};
-use crate::model::{StackId, StackRecord};
-use crate::store::{Manifest, ObservedState, Store, StoreError, Unreadable, UnstorableManifest};
+use crate::model::{ObservedState, StackId, StackRecord};
+use crate::store::{Manifest, Store, StoreError, Unreadable, UnstorableManifest};
 use crate::validate::{Rejection, ValidationPolicy};
 
 /// Start-up failures.
@@ -303,6 +304,20 @@ pub(crate) fn signed(d: std::time::Duration) -> SignedDuration {
     SignedDuration::try_from(d).unwrap_or(SignedDuration::MAX)
 }
 
+impl RefusalReason {
+    /// The class of refusal a create's error counts as on the dashboard.
+    pub fn of(err: &StackError) -> Self {
+        match err {
+            StackError::Invalid(_) | StackError::NotFound | StackError::JobNotFound => Self::InvalidSpec,
+            StackError::Conflict(_) => Self::Conflict,
+            StackError::NoNodePort => Self::NoNodePort,
+            StackError::Saturated(_) => Self::Saturated,
+            StackError::Unavailable(_) => Self::Unavailable,
+            StackError::Store(_) | StackError::Cluster(_) => Self::Internal,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,5 +339,18 @@ mod tests {
             StackError::from(StoreError::ConditionFailed),
             StackError::Store(StoreError::ConditionFailed)
         ));
+    }
+
+    #[test]
+    fn create_refusals_count_by_their_class() {
+        assert_eq!(RefusalReason::of(&StackError::NoNodePort).as_str(), "no_nodeport");
+        assert_eq!(
+            RefusalReason::of(&StackError::Saturated("quota".into())).as_str(),
+            "saturated"
+        );
+        assert_eq!(
+            RefusalReason::of(&StackError::Invalid("x".into())).as_str(),
+            "invalid_spec"
+        );
     }
 }

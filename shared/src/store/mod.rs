@@ -31,7 +31,7 @@ pub use error::StoreError;
 pub use idempotency::IdempotencyClaim;
 pub use item::Unreadable;
 pub use manifest::{MAX_ITEM_BYTES, MAX_MANIFEST_TEXT_BYTES, StoredManifest, UnstorableManifest};
-pub use stacks::{Manifest, ObservedState, StackListing};
+pub use stacks::{Manifest, StackListing};
 
 /// Handle on the stack table; cheap to clone, built once per process.
 #[derive(Clone, Debug)]

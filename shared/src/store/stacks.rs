@@ -18,7 +18,7 @@ use super::cursor::ListCursor;
 use super::item::{Item, PK, SK, Unreadable, key, read_item, readable, s, take_key, to_item};
 use super::manifest::{self, MANIFEST_ATTR, StoredManifest};
 use super::{Store, StoreError, idempotency};
-use crate::model::{Failure, StackId, StackRecord, StackStatus, StackUsage};
+use crate::model::{ObservedState, StackId, StackRecord, StackStatus, StackUsage};
 
 const STACK_PK: &str = "STACK";
 const MANIFEST_PK: &str = "MANIFEST";
@@ -53,43 +53,6 @@ pub struct StackListing {
     /// Oldest first.
     pub records: Vec<StackRecord>,
     pub unreadable: Vec<Unreadable>,
-}
-
-/// What the cluster showed about a stack; written back only when it differs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObservedState {
-    pub status: StackStatus,
-    pub node_id: String,
-    pub node_public_ip: Option<String>,
-    /// Why it failed: set with status `failed` only.
-    pub failure: Option<Failure>,
-}
-
-impl ObservedState {
-    pub fn of(record: &StackRecord) -> Self {
-        Self {
-            status: record.status,
-            node_id: record.node_id.clone(),
-            node_public_ip: record.node_public_ip.clone(),
-            failure: record.failure(),
-        }
-    }
-
-    /// `record` as [`Store::update_observed`] leaves it when writing this at `now`.
-    pub fn apply_to(&self, record: &mut StackRecord, now: Timestamp) {
-        record.status = self.status;
-        record.node_id.clone_from(&self.node_id);
-        record.node_public_ip.clone_from(&self.node_public_ip);
-        record.updated_at = now;
-        match &self.failure {
-            Some(failure) => {
-                record.reason = Some(failure.reason);
-                record.message = Some(failure.message.clone());
-                record.failed_at = Some(now);
-            }
-            None => (record.reason, record.message, record.failed_at) = (None, None, None),
-        }
-    }
 }
 
 impl Store {

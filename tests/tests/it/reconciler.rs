@@ -12,9 +12,9 @@ use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
+use stack_core::model::ObservedState;
 use stack_core::model::{BatchDeleteJob, JobStatus, MANAGED_BY_LABEL, StackId, StackStatus, new_job_id};
 use stack_core::reconcile::{LEASE_NAME, Summary};
-use stack_core::store::ObservedState;
 use stack_tests::api::{ApiHarness, WEB_POD, listed_ids};
 use stack_tests::env::{SimulatedNode, nodes, unique_name};
 use stack_tests::reconciler::{

@@ -9,10 +9,9 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use http::Method;
 use jiff::{SignedDuration, Timestamp};
 use serde_json::json;
-use stack_core::model::{StackId, StackStatus, StackUsage};
+use stack_core::model::{ObservedState, StackId, StackStatus, StackUsage};
 use stack_core::store::{
-    IdempotencyClaim, ListCursor, MAX_ITEM_BYTES, Manifest, ObservedState, Store, StoreError, StoredManifest,
-    UnstorableManifest,
+    IdempotencyClaim, ListCursor, MAX_ITEM_BYTES, Manifest, Store, StoreError, StoredManifest, UnstorableManifest,
 };
 use stack_tests::api::{ApiHarness, Reply, listed_ids};
 use stack_tests::env::{TableDefinition, TestEnv, TestTable};
