@@ -16,8 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::Api;
 use stack_core::config::Config;
 use stack_core::model::{
-    Exposure, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PortMapping, Protocol, STACK_ID_LABEL, StackId, StackRecord,
-    StackStatus,
+    MANAGED_BY_LABEL, MANAGED_BY_VALUE, PortMapping, Protocol, STACK_ID_LABEL, StackId, StackRecord, StackStatus,
 };
 use stack_core::reconcile::{PassError, Reconciler, Summary, run_pass};
 use stack_core::stacks::Stacks;
@@ -195,31 +194,22 @@ pub fn running_record(
     ttl_expires_at: Timestamp,
 ) -> StackRecord {
     let created_at = Timestamp::now() - SignedDuration::from_mins(10);
-    StackRecord {
-        stack_id: id.clone(),
-        pod_id: id.pod_name(),
-        namespace: namespace.to_owned(),
-        node_id: node_id.to_owned(),
-        node_public_ip: node_public_ip.map(str::to_owned),
-        pod_spec: format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: {id}\n"),
-        ports: vec![PortMapping {
+    let mut record = StackRecord::test()
+        .id(id.clone())
+        .namespace(namespace)
+        .node(node_id)
+        .ports(vec![PortMapping {
             container_port: 1337,
             protocol: Protocol::Tcp,
             node_port: 31001,
-        }],
-        exposure: Exposure::NodePort,
-        service_name: id.service_name(),
-        status: StackStatus::Running,
-        ttl_expires_at,
-        created_at,
-        updated_at: created_at,
-        requested_cpu_milli: 1,
-        requested_memory_bytes: 1 << 20,
-        idempotency_key: None,
-        reason: None,
-        message: None,
-        failed_at: None,
-    }
+        }])
+        .status(StackStatus::Running)
+        .created_at(created_at)
+        .ttl_expires_at(ttl_expires_at)
+        .requests(1, 1 << 20);
+    record.node_public_ip = node_public_ip.map(str::to_owned);
+    record.pod_spec = format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: {id}\n");
+    record
 }
 
 /// Moves a record's `ttl_expires_at` (as an operator editing the table would): the clock

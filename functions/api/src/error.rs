@@ -34,10 +34,6 @@ impl ApiError {
     pub fn stack_not_found() -> Self {
         Self::new(StatusCode::NOT_FOUND, "stack not found")
     }
-
-    pub fn job_not_found() -> Self {
-        Self::new(StatusCode::NOT_FOUND, "job not found")
-    }
 }
 
 /// The HTTP status of each class of failure.

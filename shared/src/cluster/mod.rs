@@ -353,16 +353,6 @@ impl Cluster {
         self.ports.mark_free(ports.iter().map(|p| p.node_port));
     }
 
-    /// Pods carrying our managed-by label (paginated list calls).
-    pub async fn list_stack_pods(&self) -> Result<Vec<Pod>, ClusterError> {
-        list_all(&self.pods, &managed_selector(), |pod| pod).await
-    }
-
-    /// Services carrying our managed-by label (paginated list calls).
-    pub async fn list_stack_services(&self) -> Result<Vec<Service>, ClusterError> {
-        list_all(&self.services, &managed_selector(), |service| service).await
-    }
-
     /// The pods of the stacks `ids` (managed-by label and `stack-id in (...)`): one list
     /// call per [`IDS_PER_SELECTOR`] ids, whatever else the namespace holds.
     pub async fn list_pods_of(&self, ids: &[StackId]) -> Result<Vec<Pod>, ClusterError> {
@@ -408,13 +398,14 @@ impl Cluster {
         Ok(self.stack_nodes.replace(&nodes, role, read_at))
     }
 
-    /// Like [`Self::list_stack_pods`], keeping only `project(pod)` of each: at most one page
+    /// Pods carrying our managed-by label (paginated list calls), keeping only `project(pod)` of
+    /// each: at most one page
     /// of full objects is held at a time, which matters with thousands of stacks.
     pub async fn list_stack_pods_as<T>(&self, project: impl FnMut(Pod) -> T) -> Result<Vec<T>, ClusterError> {
         list_all(&self.pods, &managed_selector(), project).await
     }
 
-    /// Like [`Self::list_stack_services`], keeping only `project(service)` of each.
+    /// Services carrying our managed-by label, keeping only `project(service)` of each.
     pub async fn list_stack_services_as<T>(&self, project: impl FnMut(Service) -> T) -> Result<Vec<T>, ClusterError> {
         list_all(&self.services, &managed_selector(), project).await
     }

@@ -127,6 +127,7 @@ impl Store {
     }
 
     /// Whether any idempotency key still exists (used by tests and diagnostics).
+    #[cfg(any(test, feature = "test-fixtures"))]
     pub async fn count_idempotency_keys(&self) -> Result<usize, StoreError> {
         let out = self
             .client

@@ -57,6 +57,7 @@ pub struct StackListing {
 
 impl Store {
     /// Writes a new record and its manifest; fails with `ConditionFailed` if the id exists.
+    #[cfg(any(test, feature = "test-fixtures"))]
     pub async fn put_new_stack(&self, record: &StackRecord) -> Result<(), StoreError> {
         let manifest = StoredManifest::encode(&record.pod_spec)?;
         self.put_new_stack_with(record, &manifest).await
@@ -491,6 +492,7 @@ impl Store {
     }
 
     /// How many manifests are stored (used by tests: one per record, none left over).
+    #[cfg(any(test, feature = "test-fixtures"))]
     pub async fn count_manifests(&self) -> Result<usize, StoreError> {
         Ok(self.query_partition(MANIFEST_PK, |_| Ok(())).await?.0.len())
     }
