@@ -66,7 +66,8 @@ const LIST_PAGE: u32 = 1000;
 /// line stays near 6 KB, under the 8 KB that proxies commonly accept.
 const IDS_PER_SELECTOR: usize = 250;
 
-/// Where new stacks' ports come from.
+/// Where stacks' ports come from and how many there may be: the create's picker and `/stats`
+/// read the same settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PortPolicy {
     pub exposure: Exposure,
@@ -74,6 +75,16 @@ pub struct PortPolicy {
     pub range: (u16, u16),
     /// `STACK_NODE_ROLE`: in hostport mode each of these nodes offers the whole range.
     pub node_role: String,
+}
+
+impl PortPolicy {
+    pub fn of(config: &crate::config::Config) -> Self {
+        Self {
+            exposure: config.exposure,
+            range: (config.nodeport_min, config.nodeport_max),
+            node_role: config.node_role.clone(),
+        }
+    }
 }
 
 /// Cluster access for one stack namespace; built once per process.
@@ -116,6 +127,10 @@ impl Cluster {
 
     pub fn namespace(&self) -> &str {
         &self.namespace
+    }
+
+    pub fn port_policy(&self) -> &PortPolicy {
+        &self.port_policy
     }
 
     /// Proves the apiserver answers and accepts our credentials.

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashSet};
 use k8s_openapi::api::core::v1::Node;
 use serde::Serialize;
 
-use crate::cluster::{has_role, is_ready, is_schedulable_stack_node};
+use crate::cluster::{PortPolicy, has_role, is_ready, is_schedulable_stack_node};
 use crate::model::{Exposure, StackUsage};
 use crate::validate::quantity::{parse_bytes, parse_cpu_milli};
 
@@ -42,16 +42,8 @@ pub struct PortCapacity {
     pub free: u32,
 }
 
-/// Where stacks' ports are and how many there may be.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PortSettings<'a> {
-    pub exposure: Exposure,
-    pub range: (u16, u16),
-    pub node_role: &'a str,
-}
-
 impl PortCapacity {
-    fn of(records: &[StackUsage], schedulable_nodes: u32, settings: &PortSettings<'_>) -> Self {
+    fn of(records: &[StackUsage], schedulable_nodes: u32, settings: &PortPolicy) -> Self {
         let (min, max) = settings.range;
         let range_ports = u32::from(max.saturating_sub(min)) + u32::from(max >= min);
         // A failed stack's tombstone lists the ports it had; its objects no longer hold them.
@@ -103,14 +95,14 @@ pub struct NodeCapacity {
 }
 
 impl Capacity {
-    pub fn of(records: &[StackUsage], nodes: &[Node], ports: &PortSettings<'_>) -> Self {
+    pub fn of(records: &[StackUsage], nodes: &[Node], ports: &PortPolicy) -> Self {
         let schedulable = nodes
             .iter()
-            .filter(|n| is_schedulable_stack_node(n, ports.node_role))
+            .filter(|n| is_schedulable_stack_node(n, &ports.node_role))
             .count();
         let mut by_node: BTreeMap<String, NodeCapacity> = nodes
             .iter()
-            .filter(|n| has_role(n, ports.node_role))
+            .filter(|n| has_role(n, &ports.node_role))
             .filter_map(|n| Some((n.metadata.name.clone()?, node_capacity(n))))
             .collect();
         for record in records
@@ -276,11 +268,11 @@ mod tests {
         assert_eq!((c.node_ports.total, c.node_ports.free), (2, 0));
     }
 
-    fn settings(exposure: Exposure, range: (u16, u16)) -> PortSettings<'static> {
-        PortSettings {
+    fn settings(exposure: Exposure, range: (u16, u16)) -> PortPolicy {
+        PortPolicy {
             exposure,
             range,
-            node_role: "stack",
+            node_role: "stack".into(),
         }
     }
 

@@ -3,7 +3,7 @@
 //! Order of writes, chosen so that a create dying at any step (error, timeout, the process
 //! killed) leaves only things the next reconcile pass finds and removes:
 //!
-//! 1. validate (pure), take a create slot (or answer 503 at once: see [`super::admission`])
+//! 1. validate (pure), take a create slot (or answer 503 at once: see [`super::load_shed`])
 //!    and claim the `Idempotency-Key` (if any) for a fresh stack id; check that some stack
 //!    node could ever run the pod ([`super::fit`], over a cached node list), or answer 400;
 //! 2. create the pod, labelled `managed-by` + `stack-id`;
@@ -115,7 +115,7 @@ impl Stacks {
         // host ports a hostport create adds later are a few bytes; should they tip it over, the
         // create is undone and still answers 400.)
         let manifest = StoredManifest::encode(&hardened.yaml)?;
-        let _slot = self.admission.enter().await?;
+        let _slot = self.create_slots.enter().await?;
         let progress = Progress::new();
         let work = async {
             if let Some(key) = &request.idempotency_key {

@@ -1,11 +1,11 @@
 //! The stack lifecycle: create, read (refreshed from the cluster), renew, delete and batch
 //! delete. Handlers map these to HTTP; the reconciler shares the removal path.
 
-mod admission;
 mod batch;
 mod capacity;
 mod create;
 mod fit;
+mod load_shed;
 mod read;
 
 use std::sync::Arc;
@@ -13,7 +13,7 @@ use std::sync::Arc;
 use jiff::{SignedDuration, Timestamp};
 
 pub use batch::JobProgress;
-pub use capacity::{Capacity, NodeCapacity, PortCapacity, PortSettings};
+pub use capacity::{Capacity, NodeCapacity, PortCapacity};
 pub use create::{CreateOutcome, CreateRequest};
 pub use read::{ListPage, Stats};
 
@@ -150,18 +150,18 @@ pub struct Stacks {
     store: Store,
     cluster: Cluster,
     policy: ValidationPolicy,
-    admission: admission::Admission,
+    create_slots: load_shed::CreateSlots,
 }
 
 impl Stacks {
     pub fn new(config: Arc<Config>, store: Store, cluster: Cluster, policy: ValidationPolicy) -> Self {
-        let admission = admission::Admission::new(config.create_concurrency, config.create_queue_wait);
+        let create_slots = load_shed::CreateSlots::new(config.create_concurrency, config.create_queue_wait);
         Self {
             config,
             store,
             cluster,
             policy,
-            admission,
+            create_slots,
         }
     }
 
@@ -172,11 +172,7 @@ impl Stacks {
             deny_egress_cidrs: config.deny_egress_cidrs.clone(),
             require_ingress_policy: config.require_ingress_network_policy,
         };
-        let port_policy = PortPolicy {
-            exposure: config.exposure,
-            range: (config.nodeport_min, config.nodeport_max),
-            node_role: config.node_role.clone(),
-        };
+        let port_policy = PortPolicy::of(&config);
         let cluster = Cluster::new(client, &config.namespace, namespace_policy, port_policy);
         Ok(Self::new(Arc::new(config), store, cluster, policy))
     }

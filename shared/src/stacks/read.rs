@@ -8,7 +8,7 @@ use futures::stream::{self, StreamExt};
 use jiff::Timestamp;
 use serde::Serialize;
 
-use super::capacity::{Capacity, PortSettings};
+use super::capacity::Capacity;
 use super::{StackError, Stacks};
 use crate::lifecycle::end::{RecordWrite, StackRemover};
 use crate::lifecycle::views::{NodeView, PodView, ServiceView};
@@ -215,13 +215,7 @@ impl Stacks {
             async { self.store.list_stack_usage().await.map_err(StackError::from) },
             async { self.cluster.list_nodes().await.map_err(StackError::from) },
         )?;
-        let config = &self.config;
-        let ports = PortSettings {
-            exposure: config.exposure,
-            range: (config.nodeport_min, config.nodeport_max),
-            node_role: &config.node_role,
-        };
-        let capacity = Capacity::of(&records, &nodes, &ports);
+        let capacity = Capacity::of(&records, &nodes, self.cluster.port_policy());
         Ok(Stats::of(&records, capacity))
     }
 
@@ -268,6 +262,7 @@ fn stack_label(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::PortPolicy;
     use crate::model::{Exposure, FailureReason, PortMapping, Protocol, StackStatus};
 
     fn usage(node: &str, status: StackStatus, ports: u16) -> StackUsage {
@@ -291,10 +286,10 @@ mod tests {
     }
 
     fn stats(records: &[StackUsage]) -> Stats {
-        let settings = PortSettings {
+        let settings = PortPolicy {
             exposure: Exposure::NodePort,
             range: (31001, 31010),
-            node_role: "stack",
+            node_role: "stack".into(),
         };
         Stats::of(records, Capacity::of(records, &[], &settings))
     }

@@ -9,12 +9,12 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 
 use super::StackError;
 
-pub(crate) struct Admission {
+pub(crate) struct CreateSlots {
     slots: Semaphore,
     max_wait: Duration,
 }
 
-impl Admission {
+impl CreateSlots {
     pub(crate) fn new(slots: usize, max_wait: Duration) -> Self {
         Self {
             slots: Semaphore::new(slots),
@@ -42,14 +42,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_create_waits_for_a_slot_then_is_refused() {
-        let admission = Admission::new(2, Duration::from_millis(50));
-        let first = admission.enter().await.unwrap();
-        let _second = admission.enter().await.unwrap();
-        let refused = admission.enter().await.unwrap_err();
+        let slots = CreateSlots::new(2, Duration::from_millis(50));
+        let first = slots.enter().await.unwrap();
+        let _second = slots.enter().await.unwrap();
+        let refused = slots.enter().await.unwrap_err();
         assert!(matches!(refused, StackError::Unavailable(_)), "{refused}");
 
         // A slot freed while waiting is taken.
-        let waiting = admission.enter();
+        let waiting = slots.enter();
         drop(first);
         assert!(waiting.await.is_ok());
     }
