@@ -430,35 +430,16 @@ fn parse_positive_f32(v: &str) -> Result<f32, String> {
 /// Go-style durations: `90s`, `2h`, `1h30m`, `500ms`, `1.5h`.
 pub fn parse_duration(v: &str) -> Result<Duration, String> {
     const BAD: &str = "expected a duration like 90s, 2h or 1h30m";
-    let mut total = 0f64;
-    let mut rest = v.trim();
-    if rest.is_empty() {
-        return Err(BAD.into());
-    }
-    if rest == "0" {
+    let v = v.trim();
+    if v == "0" {
         return Ok(Duration::ZERO);
     }
-    while !rest.is_empty() {
-        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or(BAD)?;
-        let (num, tail) = rest.split_at(num_len);
-        let value: f64 = num.parse().map_err(|_| BAD)?;
-        let unit_len = tail
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(tail.len());
-        let (unit, tail) = tail.split_at(unit_len);
-        let scale = match unit {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(BAD.into()),
-        };
-        total += value * scale;
-        rest = tail;
+    // Go's syntax only (no spaces, no ISO 8601, no long unit names), read by jiff.
+    if !v.chars().all(|c| c.is_ascii_digit() || ".nsuµmh".contains(c)) {
+        return Err(BAD.into());
     }
-    Duration::try_from_secs_f64(total).map_err(|_| BAD.into())
+    let parsed: jiff::SignedDuration = v.parse().map_err(|_| BAD)?;
+    Duration::try_from(parsed).map_err(|_| BAD.into())
 }
 
 /// A duration as [`parse_duration`] reads it back: `5m20s`, `2h`, `90s`, `500ms`, `0s`.
@@ -765,7 +746,8 @@ mod tests {
         assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
-        for bad in ["", "h", "10", "10x", "-5s", "1h 30m"] {
+        assert_eq!(parse_duration("1µs"), Ok(Duration::from_micros(1)));
+        for bad in ["", "h", "10", "10x", "-5s", "1h 30m", "PT1H", "1hour", "1h1h", "5s2m"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
     }
