@@ -1,5 +1,6 @@
 //! Domain types shared by the API, the store and the reconciler.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
@@ -349,6 +350,10 @@ pub struct StackRecord {
     /// `updated_at` for records written before this field existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed_at: Option<Timestamp>,
+    /// The manifest's own labels (ours left out), kept at create so that reads need not parse
+    /// the manifest again; records written before this field have none (`None`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<BTreeMap<String, String>>,
 }
 
 impl StackRecord {

@@ -30,6 +30,7 @@ impl StackRecord {
             reason: None,
             message: None,
             failed_at: None,
+            labels: None,
         }
     }
 

@@ -80,7 +80,7 @@ impl<'a> From<&'a StackRecord> for StackView<'a> {
             requested_memory_bytes: r.requested_memory_bytes,
             target_port: r.ports.first().map(|p| p.container_port),
             node_port: r.ports.first().map(|p| p.node_port),
-            labels: manifest_labels(&r.pod_spec),
+            labels: r.labels.clone().unwrap_or_else(|| manifest_labels(&r.pod_spec)),
         }
     }
 }
@@ -315,32 +315,31 @@ mod tests {
 
     fn record(status: StackStatus) -> StackRecord {
         let at: Timestamp = "2030-01-01T12:00:00Z".parse().unwrap();
-        let id: stack_core::model::StackId = "stack-00000000000000aa".parse().unwrap();
-        StackRecord {
-            pod_id: id.pod_name(),
-            service_name: id.service_name(),
-            stack_id: id,
-            namespace: "stacks".into(),
-            node_id: "n1".into(),
-            node_public_ip: Some("203.0.113.1".into()),
-            pod_spec: String::new(),
-            ports: vec![PortMapping {
+        StackRecord::test()
+            .id("stack-00000000000000aa".parse().unwrap())
+            .node("n1")
+            .public_ip("203.0.113.1")
+            .ports(vec![PortMapping {
                 container_port: 80,
                 protocol: Protocol::Tcp,
                 node_port: 31001,
-            }],
-            exposure: stack_core::model::Exposure::NodePort,
-            status,
-            ttl_expires_at: at,
-            created_at: at,
-            updated_at: at,
-            requested_cpu_milli: 100,
-            requested_memory_bytes: 1 << 20,
-            idempotency_key: None,
-            reason: None,
-            message: None,
-            failed_at: None,
-        }
+            }])
+            .status(status)
+            .created_at(at)
+            .ttl_expires_at(at)
+            .requests(100, 1 << 20)
+    }
+
+    #[test]
+    fn the_labels_kept_at_create_are_shown_without_reading_the_manifest() {
+        let manifest = "apiVersion: v1\nkind: Pod\nmetadata:\n  labels:\n    challenge: from-the-manifest\n";
+        let mut kept = record(StackStatus::Running);
+        kept.pod_spec = manifest.to_owned();
+        kept.labels = Some(BTreeMap::from([("challenge".to_owned(), "kept".to_owned())]));
+        assert_eq!(StackView::from(&kept).labels["challenge"], "kept");
+        // A record written before labels were kept: read from its manifest.
+        kept.labels = None;
+        assert_eq!(StackView::from(&kept).labels["challenge"], "from-the-manifest");
     }
 
     #[test]

@@ -31,7 +31,7 @@
 //! record and key are removed within [`CREATE_CLEANUP_BUDGET`] and the answer is a 503. Every
 //! create answers within [`CREATE_DEADLINE`](crate::deadlines::CREATE_DEADLINE), however slow the cluster or DynamoDB.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
@@ -45,7 +45,10 @@ use crate::cluster::{
 use crate::config::OnUnschedulable;
 use crate::deadlines::{ABANDONED_CLAIM_AGE, CREATE_CLEANUP_BUDGET, CREATE_WORK_BUDGET};
 use crate::lifecycle::{PodVerdict, Removal, RemovalReason, Rules, judge_pod, proxy_sync_left};
-use crate::model::{Exposure, Failure, ObservedState, PortMapping, StackId, StackRecord, StackStatus, TargetPort};
+use crate::model::{
+    Exposure, Failure, MANAGED_BY_LABEL, OWN_LABEL_PREFIX, ObservedState, PortMapping, StackId, StackRecord,
+    StackStatus, TargetPort,
+};
 use crate::store::{IdempotencyClaim, Manifest, StoreError, StoredManifest};
 use crate::validate::{self, HardenedPod};
 
@@ -414,6 +417,7 @@ impl Stacks {
             requested_cpu_milli: hardened.requested_cpu_milli,
             requested_memory_bytes: hardened.requested_memory_bytes,
             idempotency_key: request.idempotency_key.clone(),
+            labels: Some(own_labels(&hardened.pod)),
             failed_at: placement.failure.is_some().then_some(now),
             reason: placement.failure.as_ref().map(|f| f.reason),
             message: placement.failure.map(|f| f.message),
@@ -463,6 +467,13 @@ fn status_at_create(
         PodVerdict::Failed(failure) => Ok((StackStatus::Failed, Some(failure))),
         PodVerdict::Rejected(rejection) => Err(StackError::Saturated(rejection.message)),
     }
+}
+
+/// The manifest's labels without ours: what `GET /stacks` shows (the dashboard groups by them).
+fn own_labels(pod: &Pod) -> BTreeMap<String, String> {
+    let mut labels = pod.metadata.labels.clone().unwrap_or_default();
+    labels.retain(|k, _| k != MANAGED_BY_LABEL && !k.starts_with(OWN_LABEL_PREFIX));
+    labels
 }
 
 /// A stack whose pod has no node yet.
