@@ -21,17 +21,33 @@ pub struct PassSnapshot {
     /// Records created in the minute before the pass (a stack created and removed between two
     /// passes is not seen).
     pub created_last_minute: usize,
-    pub expired: usize,
-    pub drift: usize,
-    pub orphans: usize,
-    pub status_updates: usize,
-    pub jobs: usize,
-    pub failures: usize,
-    pub remaining: usize,
+    #[serde(flatten)]
+    pub counts: PassCounts,
     pub duration_ms: u64,
     /// Removals the pass planned, by reason (`expired`, `pod_missing`, ...).
     #[serde(default)]
     pub removals: BTreeMap<String, usize>,
+}
+
+/// What one reconcile pass did, as the reconciler counts it, answers it and charts it. Work
+/// counts are of work done; what failed is in `failures`, what the time budget left for the
+/// next pass in `remaining`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct PassCounts {
+    /// Stacks ended because their TTL passed, and failed stacks' records whose retention
+    /// (`STACK_FAILED_RETENTION`) passed.
+    pub expired: usize,
+    /// Stacks ended because the cluster lost part of them, never scheduled them, refused
+    /// their pod, their pod failed or could not start (objects removed, record kept) or
+    /// (with `STACK_REAP_TERMINATED`) their pod succeeded.
+    pub drift: usize,
+    /// Unclaimed objects of ours deleted.
+    pub orphans: usize,
+    pub status_updates: usize,
+    /// Batch-delete jobs carried to completion.
+    pub jobs: usize,
+    pub failures: usize,
+    pub remaining: usize,
 }
 
 /// Why a create was refused, as counted for the dashboard.

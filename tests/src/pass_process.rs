@@ -174,7 +174,7 @@ impl PassReport {
     pub fn work_done(&self) -> String {
         format!(
             "{},{},{}",
-            self.summary.expired, self.summary.drift, self.summary.orphans
+            self.summary.counts.expired, self.summary.counts.drift, self.summary.counts.orphans
         )
     }
 }

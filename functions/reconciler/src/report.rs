@@ -8,13 +8,13 @@ pub fn log(s: &Summary) {
     tracing::info!(
         lease_held = s.lease_held,
         scanned = s.scanned,
-        expired = s.expired,
-        drift = s.drift,
-        orphans = s.orphans,
-        status_updates = s.status_updates,
-        jobs = s.jobs,
-        failures = s.failures,
-        remaining = s.remaining,
+        expired = s.counts.expired,
+        drift = s.counts.drift,
+        orphans = s.counts.orphans,
+        status_updates = s.counts.status_updates,
+        jobs = s.counts.jobs,
+        failures = s.counts.failures,
+        remaining = s.counts.remaining,
         duration_ms = s.duration_ms,
         "reconcile pass finished"
     );

@@ -9,6 +9,7 @@ use jiff::Timestamp;
 
 use super::plan::Action;
 use crate::cluster::ClusterError;
+use crate::history::PassCounts;
 use crate::lifecycle::end::{RecordWrite, RemoveError, StackRemover};
 use crate::lifecycle::{RemovalReason, end_stack};
 use crate::model::{BatchDeleteJob, StackId};
@@ -55,18 +56,6 @@ pub struct Limits {
     pub stop_at: Instant,
 }
 
-/// What was done, by kind, plus what failed and what was not started.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Tally {
-    pub expired: usize,
-    pub drift: usize,
-    pub orphans: usize,
-    pub status_updates: usize,
-    pub jobs: usize,
-    pub failures: usize,
-    pub remaining: usize,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Expired,
@@ -100,7 +89,7 @@ impl Kind {
     }
 }
 
-impl Tally {
+impl PassCounts {
     fn add(mut self, kind: Kind, outcome: Outcome) -> Self {
         match outcome {
             Outcome::Done => {
@@ -122,7 +111,7 @@ impl Tally {
 
 /// Runs the actions in plan order, at most `limits.concurrency` at a time, starting none at
 /// or after `limits.stop_at`. Every failure is logged and counted; none stops the others.
-pub async fn apply<E: Effects>(effects: &E, actions: Vec<Action>, limits: Limits, now: Timestamp) -> Tally {
+pub async fn apply<E: Effects>(effects: &E, actions: Vec<Action>, limits: Limits, now: Timestamp) -> PassCounts {
     stream::iter(actions)
         .map(|action| async move {
             let kind = Kind::of(&action);
@@ -132,7 +121,7 @@ pub async fn apply<E: Effects>(effects: &E, actions: Vec<Action>, limits: Limits
             (kind, run(effects, action, limits.stop_at, now).await)
         })
         .buffer_unordered(limits.concurrency.max(1))
-        .fold(Tally::default(), |tally, (kind, outcome)| async move {
+        .fold(PassCounts::default(), |tally, (kind, outcome)| async move {
             tally.add(kind, outcome)
         })
         .await
@@ -322,7 +311,7 @@ mod tests {
         }
     }
 
-    async fn go(fake: &Fake, actions: Vec<Action>, limits: Limits) -> Tally {
+    async fn go(fake: &Fake, actions: Vec<Action>, limits: Limits) -> PassCounts {
         apply(fake, actions, limits, Timestamp::UNIX_EPOCH).await
     }
 
@@ -332,9 +321,9 @@ mod tests {
         let tally = go(&fake, vec![removal(1, RemovalReason::Expired)], limits(4)).await;
         assert_eq!(
             tally,
-            Tally {
+            PassCounts {
                 expired: 1,
-                ..Tally::default()
+                ..PassCounts::default()
             }
         );
         let calls = fake.calls();
@@ -352,9 +341,9 @@ mod tests {
             let tally = go(&fake, vec![removal(1, RemovalReason::PodMissing)], limits(4)).await;
             assert_eq!(
                 tally,
-                Tally {
+                PassCounts {
                     failures: 1,
-                    ..Tally::default()
+                    ..PassCounts::default()
                 },
                 "{failing}"
             );
@@ -375,10 +364,10 @@ mod tests {
         let tally = go(&fake, vec![removal(1, RemovalReason::NodeMissing), orphan], limits(4)).await;
         assert_eq!(
             tally,
-            Tally {
+            PassCounts {
                 drift: 1,
                 orphans: 1,
-                ..Tally::default()
+                ..PassCounts::default()
             }
         );
         assert!(fake.calls().contains(&format!("record/{}", id(1))));
@@ -398,9 +387,9 @@ mod tests {
         let fake = Fake::default();
         assert_eq!(
             go(&fake, vec![action], limits(1)).await,
-            Tally {
+            PassCounts {
                 drift: 1,
-                ..Tally::default()
+                ..PassCounts::default()
             }
         );
         let calls = fake.calls();
@@ -422,9 +411,9 @@ mod tests {
         let fake = Fake::default();
         assert_eq!(
             go(&fake, vec![action], limits(1)).await,
-            Tally {
+            PassCounts {
                 drift: 1,
-                ..Tally::default()
+                ..PassCounts::default()
             }
         );
         let mut calls = fake.calls();
@@ -474,13 +463,13 @@ mod tests {
         let tally = go(&fake, actions, limits(3)).await;
         assert_eq!(
             tally,
-            Tally {
+            PassCounts {
                 expired: 1,
                 drift: 1,
                 orphans: 1,
                 status_updates: 1,
                 jobs: 1,
-                ..Tally::default()
+                ..PassCounts::default()
             }
         );
     }
@@ -493,16 +482,16 @@ mod tests {
         };
         assert_eq!(
             go(&paused, vec![job()], limits(1)).await,
-            Tally {
+            PassCounts {
                 remaining: 1,
-                ..Tally::default()
+                ..PassCounts::default()
             }
         );
         let taken = Fake {
             job_run: Some(JobProgress::TakenOver),
             ..Fake::default()
         };
-        assert_eq!(go(&taken, vec![job()], limits(1)).await, Tally::default());
+        assert_eq!(go(&taken, vec![job()], limits(1)).await, PassCounts::default());
     }
 
     #[tokio::test]
@@ -528,9 +517,9 @@ mod tests {
         let tally = go(&fake, vec![removal(1, RemovalReason::Expired), update(2), job()], past).await;
         assert_eq!(
             tally,
-            Tally {
+            PassCounts {
                 remaining: 3,
-                ..Tally::default()
+                ..PassCounts::default()
             }
         );
         assert!(fake.calls().is_empty());

@@ -9,7 +9,7 @@ mod plan;
 mod snapshot;
 mod summary;
 
-pub use apply::{ApplyError, Effects, Limits, Tally, apply};
+pub use apply::{ApplyError, Effects, Limits, apply};
 pub use observe::{ObserveError, observe};
 pub use pass::{LEASE_NAME, PassError, Reconciler, plan_config, run_pass};
 pub use plan::{Action, Plan, PlanConfig, Snapshot, plan};

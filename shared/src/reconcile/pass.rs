@@ -11,7 +11,7 @@ use super::plan::{PlanConfig, plan};
 use super::summary::Summary;
 use crate::config::Config;
 use crate::deadlines::{JOB_IDLE, LEASE_SLACK, RECONCILE_END_RESERVE};
-use crate::history::PassSnapshot;
+use crate::history::{PassCounts, PassSnapshot};
 use crate::lifecycle::Rules;
 use crate::stacks::Stacks;
 use crate::store::StoreError;
@@ -108,14 +108,11 @@ async fn reconcile(reconciler: &Reconciler, stop_at: Instant) -> Result<(Summary
     let summary = Summary {
         lease_held: true,
         scanned: plan.scanned,
-        expired: tally.expired,
-        drift: tally.drift,
-        orphans: tally.orphans,
-        status_updates: tally.status_updates,
-        jobs: tally.jobs,
-        // Each needs an operator: repair the item, or end the stack with `DELETE /stacks/{id}`.
-        failures: tally.failures + plan.unreadable,
-        remaining: tally.remaining,
+        counts: PassCounts {
+            // Each needs an operator: repair the item, or end the stack with `DELETE /stacks/{id}`.
+            failures: tally.failures + plan.unreadable,
+            ..tally
+        },
         duration_ms: 0,
     };
     Ok((summary, history))

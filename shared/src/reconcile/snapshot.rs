@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use jiff::{SignedDuration, Timestamp};
 
 use super::{Action, Summary};
-use crate::history::PassSnapshot;
+use crate::history::{PassCounts, PassSnapshot};
 use crate::lifecycle::RemovalReason;
 use crate::model::StackRecord;
 
@@ -27,13 +27,7 @@ impl PassSnapshot {
             total_stacks: records.len(),
             active_stacks: records.iter().filter(|r| r.status.is_active()).count(),
             created_last_minute: records.iter().filter(|r| r.created_at > minute_ago).count(),
-            expired: 0,
-            drift: 0,
-            orphans: 0,
-            status_updates: 0,
-            jobs: 0,
-            failures: 0,
-            remaining: 0,
+            counts: PassCounts::default(),
             duration_ms: 0,
             removals: BTreeMap::new(),
         }
@@ -51,13 +45,7 @@ impl PassSnapshot {
     }
 
     pub fn add_summary(&mut self, summary: &Summary) {
-        self.expired = summary.expired;
-        self.drift = summary.drift;
-        self.orphans = summary.orphans;
-        self.status_updates = summary.status_updates;
-        self.jobs = summary.jobs;
-        self.failures = summary.failures;
-        self.remaining = summary.remaining;
+        self.counts = summary.counts;
         self.duration_ms = summary.duration_ms;
     }
 }
@@ -116,14 +104,17 @@ mod tests {
         ];
         let summary = Summary {
             lease_held: true,
-            expired: 1,
-            drift: 2,
-            failures: 1,
+            counts: PassCounts {
+                expired: 1,
+                drift: 2,
+                failures: 1,
+                ..PassCounts::default()
+            },
             ..Summary::default()
         };
         let s = PassSnapshot::of(at, &records, &actions, &summary);
         assert_eq!((s.total_stacks, s.active_stacks, s.created_last_minute), (4, 3, 2));
-        assert_eq!((s.expired, s.drift, s.failures), (1, 2, 1));
+        assert_eq!((s.counts.expired, s.counts.drift, s.counts.failures), (1, 2, 1));
         assert_eq!(
             s.removals,
             BTreeMap::from([("expired".to_owned(), 1), ("pod_missing".to_owned(), 2)])

@@ -2,6 +2,8 @@
 
 use jiff::Timestamp;
 use serde::Serialize;
+
+use crate::history::PassCounts;
 use serde_json::{Map, Value, json};
 
 /// CloudWatch namespace of the reconciler's metrics.
@@ -9,28 +11,15 @@ pub const METRIC_NAMESPACE: &str = "StackProvisioner";
 /// Dimension value telling the reconciler's metrics apart from the API's.
 const FUNCTION_DIMENSION: &str = "reconciler";
 
-/// Counts of one pass. Work counts are of work done; what failed is in `failures`, what the
-/// time budget left for the next pass in `remaining`.
+/// One pass: whether it ran, what it looked at, what it did and how long it took.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Summary {
     /// False when another invocation held the lease and this one did nothing.
     pub lease_held: bool,
     /// Stack records looked at.
     pub scanned: usize,
-    /// Stacks ended because their TTL passed, and failed stacks' records whose retention
-    /// (`STACK_FAILED_RETENTION`) passed.
-    pub expired: usize,
-    /// Stacks ended because the cluster lost part of them, never scheduled them, refused
-    /// their pod, their pod failed or could not start (objects removed, record kept) or
-    /// (with `STACK_REAP_TERMINATED`) their pod succeeded.
-    pub drift: usize,
-    /// Unclaimed objects of ours deleted.
-    pub orphans: usize,
-    pub status_updates: usize,
-    /// Batch-delete jobs carried to completion.
-    pub jobs: usize,
-    pub failures: usize,
-    pub remaining: usize,
+    #[serde(flatten)]
+    pub counts: PassCounts,
     pub duration_ms: u64,
 }
 
@@ -49,13 +38,13 @@ impl Summary {
         let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
         [
             ("Scanned", count(self.scanned), "Count"),
-            ("Expired", count(self.expired), "Count"),
-            ("Drift", count(self.drift), "Count"),
-            ("Orphans", count(self.orphans), "Count"),
-            ("StatusUpdates", count(self.status_updates), "Count"),
-            ("Jobs", count(self.jobs), "Count"),
-            ("Failures", count(self.failures), "Count"),
-            ("Remaining", count(self.remaining), "Count"),
+            ("Expired", count(self.counts.expired), "Count"),
+            ("Drift", count(self.counts.drift), "Count"),
+            ("Orphans", count(self.counts.orphans), "Count"),
+            ("StatusUpdates", count(self.counts.status_updates), "Count"),
+            ("Jobs", count(self.counts.jobs), "Count"),
+            ("Failures", count(self.counts.failures), "Count"),
+            ("Remaining", count(self.counts.remaining), "Count"),
             ("Skipped", u64::from(!self.lease_held), "Count"),
             ("DurationMs", self.duration_ms, "Milliseconds"),
         ]
@@ -97,13 +86,15 @@ mod tests {
         Summary {
             lease_held: true,
             scanned: 120,
-            expired: 3,
-            drift: 2,
-            orphans: 1,
-            status_updates: 7,
-            jobs: 1,
-            failures: 4,
-            remaining: 5,
+            counts: PassCounts {
+                expired: 3,
+                drift: 2,
+                orphans: 1,
+                status_updates: 7,
+                jobs: 1,
+                failures: 4,
+                remaining: 5,
+            },
             duration_ms: 1234,
         }
     }

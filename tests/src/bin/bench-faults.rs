@@ -394,8 +394,8 @@ impl Bench {
             println!(
                 "round {round}: {fault} at {fault_at:?} for {fault_for:?}; created {}, lost {round_lost}, leftovers after the pass {round_leftovers} (pass: {} orphans, {} drift)",
                 acknowledged.len(),
-                summary.orphans,
-                summary.drift
+                summary.counts.orphans,
+                summary.counts.drift
             );
         }
         println!("{rounds} rounds in {:?}, faults {faults:?}", started.elapsed());

@@ -229,7 +229,7 @@ async fn pass_process(env: &TestEnv, request: Result<PassRequest, PassProcessErr
                 println!("{report}");
                 // The goals are those of a pass with nothing to do.
                 let s = &report.summary;
-                if s.expired + s.drift + s.orphans + s.status_updates == 0 {
+                if s.counts.expired + s.counts.drift + s.counts.orphans + s.counts.status_updates == 0 {
                     println!("{}", goals(&report));
                 }
                 ExitCode::SUCCESS

@@ -183,7 +183,12 @@ async fn a_hostport_stack_holds_its_port_on_its_node_and_a_port_serves_one_stack
     // The reconciler sees nothing to repair.
     let summary = TestReconciler::over(&api, &[]).await.pass().await;
     assert_eq!(
-        (summary.scanned, summary.drift, summary.orphans, summary.failures),
+        (
+            summary.scanned,
+            summary.counts.drift,
+            summary.counts.orphans,
+            summary.counts.failures
+        ),
         (2, 0, 0, 0)
     );
 
@@ -305,7 +310,12 @@ async fn switching_to_hostport_keeps_nodeport_stacks_alive_and_their_ports_taken
     }
     let summary = TestReconciler::over(&before, &[]).await.pass().await;
     assert_eq!(
-        (summary.scanned, summary.drift, summary.orphans, summary.failures),
+        (
+            summary.scanned,
+            summary.counts.drift,
+            summary.counts.orphans,
+            summary.counts.failures
+        ),
         (3, 0, 0, 0)
     );
     let stats = after.call(Method::GET, "/stats", None).await;

@@ -74,7 +74,7 @@ async fn running_stack(api: &ApiHarness, reconciler: &TestReconciler) -> StackId
     let id = create_stack(api).await;
     wait_pod_running(&api.pods_api(), &id.pod_name()).await.unwrap();
     let settled = reconciler.pass().await;
-    assert!(settled.status_updates <= 1, "{settled:?}");
+    assert!(settled.counts.status_updates <= 1, "{settled:?}");
     let record = reconciler.record(&id).await;
     assert_eq!(record.status, StackStatus::Running);
     id
@@ -104,7 +104,12 @@ async fn expired_stack_is_removed_and_a_live_one_kept() {
     let summary = reconciler.pass().await;
     assert!(summary.lease_held);
     assert_eq!(
-        (summary.scanned, summary.expired, summary.drift, summary.failures),
+        (
+            summary.scanned,
+            summary.counts.expired,
+            summary.counts.drift,
+            summary.counts.failures
+        ),
         (2, 1, 0, 0)
     );
     assert_eq!(State::of(&api).await, State::stacks(&[&live]));
@@ -124,7 +129,7 @@ async fn stack_expires_after_a_short_ttl() {
     }
 
     let summary = reconciler.pass().await;
-    assert_eq!((summary.expired, summary.failures), (1, 0), "{summary:?}");
+    assert_eq!((summary.counts.expired, summary.counts.failures), (1, 0), "{summary:?}");
     api.assert_nothing_left().await;
     api.finish().await;
 }
@@ -153,7 +158,7 @@ async fn status_changes_are_written_back_once() {
     let node = Api::<Node>::all(api.env.kube.clone()).get(&node_name).await.unwrap();
 
     let summary = reconciler.pass().await;
-    assert_eq!(summary.status_updates, 1, "{summary:?}");
+    assert_eq!(summary.counts.status_updates, 1, "{summary:?}");
     let after = reconciler.record(&id).await;
     assert_eq!(after.status, StackStatus::Running);
     assert_eq!(after.node_id, node_name);
@@ -195,7 +200,7 @@ async fn stack_whose_pod_was_deleted_behind_our_back_loses_service_and_record() 
 
     let summary = reconciler.pass().await;
     assert_eq!(
-        (summary.drift, summary.expired, summary.failures),
+        (summary.counts.drift, summary.counts.expired, summary.counts.failures),
         (1, 0, 0),
         "{summary:?}"
     );
@@ -216,7 +221,7 @@ async fn stack_whose_service_was_deleted_loses_pod_and_record() {
 
     let summary = reconciler.pass().await;
     assert_eq!(
-        (summary.drift, summary.expired, summary.failures),
+        (summary.counts.drift, summary.counts.expired, summary.counts.failures),
         (1, 0, 0),
         "{summary:?}"
     );
@@ -246,7 +251,7 @@ async fn stack_whose_node_was_deleted_is_removed() {
         .await
         .unwrap();
     let summary = reconciler.pass().await;
-    assert_eq!((summary.drift, summary.failures), (1, 0), "{summary:?}");
+    assert_eq!((summary.counts.drift, summary.counts.failures), (1, 0), "{summary:?}");
     api.assert_nothing_left().await;
     api.finish().await;
 }
@@ -269,7 +274,12 @@ async fn a_record_that_does_not_read_stops_neither_the_pass_nor_the_lists_and_it
 
     let summary = eager.pass().await;
     assert_eq!(
-        (summary.scanned, summary.expired, summary.orphans, summary.failures),
+        (
+            summary.scanned,
+            summary.counts.expired,
+            summary.counts.orphans,
+            summary.counts.failures
+        ),
         (2, 1, 0, 1),
         "{summary:?}"
     );
@@ -292,7 +302,7 @@ async fn a_record_that_does_not_read_stops_neither_the_pass_nor_the_lists_and_it
     // Repaired, it is a stack like the others again.
     set_stored_status(eager.store(), &garbled, "running").await.unwrap();
     let repaired = eager.pass().await;
-    assert_eq!((repaired.scanned, repaired.failures), (2, 0), "{repaired:?}");
+    assert_eq!((repaired.scanned, repaired.counts.failures), (2, 0), "{repaired:?}");
     assert_eq!(State::of(&api).await, State::stacks(&[&garbled, &live]));
 
     // Garbled again, the platform can still delete it: pod, service and items go.
@@ -302,7 +312,7 @@ async fn a_record_that_does_not_read_stops_neither_the_pass_nor_the_lists_and_it
     wait_gone(&api.pods_api(), &garbled.pod_name()).await.unwrap();
     assert_eq!(State::of(&api).await, State::stacks(&[&live]));
     let after = eager.pass().await;
-    assert_eq!((after.scanned, after.failures), (1, 0), "{after:?}");
+    assert_eq!((after.scanned, after.counts.failures), (1, 0), "{after:?}");
     api.finish().await;
 }
 
@@ -339,7 +349,11 @@ async fn old_orphans_are_deleted_young_ones_and_foreign_pods_kept() {
     // Younger than the grace: possibly a create still in progress, left alone.
     let patient = TestReconciler::over(&api, &[("STACK_ORPHAN_GRACE", "1h")]).await;
     let young = patient.pass().await;
-    assert_eq!((young.orphans, young.drift, young.failures), (0, 0, 0), "{young:?}");
+    assert_eq!(
+        (young.counts.orphans, young.counts.drift, young.counts.failures),
+        (0, 0, 0),
+        "{young:?}"
+    );
     assert_eq!(State::of(&api).await, with_orphan);
 
     // Older than the grace: leaked, deleted (pod and service, each an orphan of its own).
@@ -347,7 +361,11 @@ async fn old_orphans_are_deleted_young_ones_and_foreign_pods_kept() {
     until_older_than(&orphan_service.metadata, Duration::from_secs(1)).await;
     let eager = TestReconciler::over(&api, &[("STACK_ORPHAN_GRACE", "1s")]).await;
     let old = eager.pass().await;
-    assert_eq!((old.orphans, old.drift, old.failures), (2, 0, 0), "{old:?}");
+    assert_eq!(
+        (old.counts.orphans, old.counts.drift, old.counts.failures),
+        (2, 0, 0),
+        "{old:?}"
+    );
     assert_eq!(State::of(&api).await, State::stacks(&[&claimed]));
     // Pods without our exact managed-by label are never ours to delete.
     for name in ["unlabelled", "managed-by-helm"] {
@@ -407,8 +425,8 @@ async fn only_one_pass_runs_at_a_time() {
         "{a:?} {b:?}"
     );
     let (ran, waited) = if a.lease_held { (a, b) } else { (b, a) };
-    assert_eq!((ran.expired, ran.failures), (1, 0), "{ran:?}");
-    assert_eq!(waited.expired, 0);
+    assert_eq!((ran.counts.expired, ran.counts.failures), (1, 0), "{ran:?}");
+    assert_eq!(waited.counts.expired, 0);
     api.assert_nothing_left().await;
     api.finish().await;
 }
@@ -430,7 +448,12 @@ async fn pass_out_of_time_stops_cleanly_and_the_next_one_finishes() {
         .unwrap();
     assert!(cut.lease_held);
     assert_eq!(
-        (cut.scanned, cut.expired, cut.remaining, cut.failures),
+        (
+            cut.scanned,
+            cut.counts.expired,
+            cut.counts.remaining,
+            cut.counts.failures
+        ),
         (3, 0, 3, 0),
         "{cut:?}"
     );
@@ -439,7 +462,11 @@ async fn pass_out_of_time_stops_cleanly_and_the_next_one_finishes() {
 
     // The lease was released on the way out: the next pass need not wait for it to lapse.
     let next = reconciler.pass().await;
-    assert_eq!((next.expired, next.remaining, next.failures), (3, 0, 0), "{next:?}");
+    assert_eq!(
+        (next.counts.expired, next.counts.remaining, next.counts.failures),
+        (3, 0, 0),
+        "{next:?}"
+    );
     api.assert_nothing_left().await;
     api.finish().await;
 }
@@ -481,7 +508,7 @@ async fn stalled_batch_delete_job_is_carried_to_completion() {
     }
 
     let summary = reconciler.pass().await;
-    assert_eq!((summary.jobs, summary.failures), (1, 0), "{summary:?}");
+    assert_eq!((summary.counts.jobs, summary.counts.failures), (1, 0), "{summary:?}");
     let done = store.get_job(&stalled.job_id).await.unwrap().unwrap();
     assert_eq!(done.status, JobStatus::Completed);
     assert_eq!((done.total, done.deleted, done.not_found, done.failed), (3, 2, 1, 0));
