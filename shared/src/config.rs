@@ -1,6 +1,8 @@
 //! Typed configuration from environment variables, parsed once at init.
 //!
-//! Names and defaults follow the contract page; every bad variable is reported in one error.
+//! Names and defaults follow the Go provisioner's where they apply (the HTTP contract's
+//! configuration section; the README's table lists them all); every bad variable is reported
+//! in one error.
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -85,7 +85,7 @@ pub async fn connect(config: &Config, aws: &aws_config::SdkConfig) -> Result<kub
 pub type KubeService = BoxService<Request<Body>, Response<Box<DynBody>>, BoxError>;
 
 /// What kube's own `ClientBuilder::try_from(Config)` builds (TLS and auth from the config, the
-/// config's timeouts), with our [`USER_AGENT`] (kube sends none) and two differences:
+/// config's timeouts), with our [`USER_AGENT`] (kube sends none) and three differences:
 /// - TCP connections with `TCP_NODELAY`. kube does not set it (kube-rs/kube#2056): a request
 ///   written right after the TLS handshake of a new connection then waited for the
 ///   apiserver's delayed ACK, ~40 ms per watch.
