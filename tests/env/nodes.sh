@@ -156,8 +156,17 @@ make_node_cgroups() {
 
 # Kills every process left in a node's cgroups, then removes them, deepest first.
 remove_node_cgroups() {
-    local cg h dir pids
+    local cg h dir pids quota
     cg="$(node_cgroup "$1")"
+    # A killed task that CFS bandwidth control parked never runs again on this kernel (6.18's
+    # task-based throttling; a fork bomb under a CPU limit shows it, its pod stays Terminating):
+    # lifting the quotas lets the kill finish.
+    for h in $(cgroup_hierarchies); do
+        find "$h$cg" -depth \( -name cpu.cfs_quota_us -o -name cpu.max \) 2>/dev/null |
+            while read -r quota; do
+                if [[ "$quota" == *cpu.max ]]; then echo max; else echo -1; fi >"$quota" 2>/dev/null || true
+            done
+    done
     for h in $(cgroup_hierarchies); do
         [[ -d "$h$cg" ]] || continue
         # Cgroups vanish while they are read (the kubelet removes its own): what is left counts.
@@ -320,6 +329,9 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 # As EKS's nodeadm sets it: a slow pull does not hold up every other pod of the node.
 serializeImagePulls: false
+# What a stack node must set (the kubelet's default is no limit): a fork bomb in one stack
+# exhausts its own pods' PIDs, not the node's.
+podPidsLimit: 1024
 YAML
     # kube-proxy in iptables mode, EKS's default; minSyncPeriod 0s applies an endpoint change
     # at once (upstream's default is 1s); conntrack limits are left alone (they are the

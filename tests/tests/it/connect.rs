@@ -322,3 +322,58 @@ async fn every_stack_runs_under_the_operators_runtime_class() {
     delete(&api, &id).await;
     api.finish().await;
 }
+
+#[tokio::test]
+async fn a_fork_bomb_in_one_stack_leaves_its_neighbour_answering_and_the_node_ready() {
+    use k8s_openapi::api::core::v1::Node;
+    const NODE: &str = "stack-node-1";
+    let api = on_real_nodes("hostport", (32706, 32707), &[]).await;
+    // Both on the same node: the neighbour shares its kernel and its kubelet.
+    let on_node = |challenge: Challenge| {
+        challenge.manifest().replace(
+            "spec:\n",
+            &format!(
+                "spec:\n  affinity:\n    nodeAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n        nodeSelectorTerms:\n          - matchExpressions:\n              - {{key: kubernetes.io/hostname, operator: In, values: [{NODE}]}}\n"
+            ),
+        )
+    };
+    let neighbour = Challenge::local(api.registry(), "tcp");
+    let created = api.create(&on_node(neighbour.clone()), json!(8080)).await;
+    assert_eq!(created.status, 201, "{}", created.json);
+    let neighbour_id = stack_id(&created);
+    let (status, _) = poll_status(&api, &neighbour_id, START_BOUND).await;
+    let address = address_of(&status.json).expect("address");
+
+    // A participant's fork bomb: the container's shell forks without end.
+    let bomb = Challenge::local(api.registry(), "tcp");
+    let bomb_manifest = on_node(bomb).replace(
+        "      env:\n",
+        "      command: [sh, -c, 'bomb() { bomb | bomb & }; bomb; sleep 3600']\n      env:\n",
+    );
+    let created = api.create(&bomb_manifest, json!(8080)).await;
+    assert_eq!(created.status, 201, "{}", created.json);
+    let bomb_id = stack_id(&created);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+
+    let said = banner(address).await;
+    assert!(
+        said.contains(&neighbour.flag),
+        "the neighbour stopped answering: {said}"
+    );
+    let node = kube::Api::<Node>::all(api.env.kube.clone())
+        .get(NODE)
+        .await
+        .expect("the node");
+    let ready = node
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    assert!(ready, "{NODE} is no longer Ready");
+    // On a 6.18 kernel the bomb's killed processes, parked by its CPU limit, may never exit and
+    // its pod stays Terminating; `tests/env/down` lifts the quota so they can.
+    delete(&api, &bomb_id).await;
+    delete(&api, &neighbour_id).await;
+    api.finish().await;
+}
