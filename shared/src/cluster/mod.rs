@@ -322,17 +322,6 @@ impl Cluster {
             .map_err(|e| ClusterError::from_kube("get node", e))
     }
 
-    /// Deletes the stack's service and pod; objects already gone count as deleted.
-    /// Pods go with a one-second grace period (see [`POD_DELETE_GRACE_SECONDS`]).
-    pub async fn delete_stack_objects(&self, id: &StackId) -> Result<(), ClusterError> {
-        let (service_name, pod_name) = (id.service_name(), id.pod_name());
-        let (service, pod) = tokio::join!(
-            self.delete_service(&service_name),
-            self.delete_pod(&pod_name, PodDeletion::Graceful)
-        );
-        service.and(pod)
-    }
-
     pub async fn delete_service(&self, name: &str) -> Result<(), ClusterError> {
         match self.services.delete(name, &DeleteParams::default()).await {
             Ok(_) => Ok(()),

@@ -160,7 +160,7 @@ impl Stacks {
     async fn undo(&self, id: &StackId, idempotency_key: Option<&str>, reached: Reached) {
         let objects = async {
             if reached >= Reached::Cluster
-                && let Err(err) = self.cluster.delete_stack_objects(id).await
+                && let Err(err) = self.delete_objects_named_by(id).await
             {
                 tracing::warn!(stack_id = %id, error = %err, "could not remove objects of a failed create");
             }

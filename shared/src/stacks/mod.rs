@@ -248,9 +248,14 @@ impl Stacks {
     /// first, then its items. Its idempotency key, unknown here, is released by the reconciler.
     async fn delete_unreadable(&self, id: &StackId, unreadable: &Unreadable) -> Result<(), StackError> {
         tracing::warn!(error = %unreadable, "deleting a stack whose record does not read");
-        let (service, pod) = (id.service_name(), id.pod_name());
-        delete_objects(self, Some(&service), Some((ObjectKind::Pod, &pod))).await?;
+        self.delete_objects_named_by(id).await?;
         Ok(self.store.delete_stack_items(id, None).await?)
+    }
+
+    /// Deletes the service and pod the id names, whether or not the stack's mode has a service.
+    async fn delete_objects_named_by(&self, id: &StackId) -> Result<(), RemoveError> {
+        let (service, pod) = (id.service_name(), id.pod_name());
+        delete_objects(self, Some(&service), Some((ObjectKind::Pod, &pod))).await
     }
 }
 

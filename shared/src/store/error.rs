@@ -61,6 +61,22 @@ impl StoreError {
         }
     }
 
+    /// Like [`StoreError::backend`] for a conditional write: a rejected condition is
+    /// [`StoreError::ConditionFailed`], whichever operation carried it.
+    pub fn conditional<E, R>(operation: &'static str, err: SdkError<E, R>) -> Self
+    where
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+        R: std::fmt::Debug + Send + Sync + 'static,
+    {
+        let rejected = matches!(&err, SdkError::ServiceError(context)
+            if context.err().code() == Some("ConditionalCheckFailedException"));
+        if rejected {
+            StoreError::ConditionFailed
+        } else {
+            StoreError::backend(operation, err)
+        }
+    }
+
     /// A dependency problem that may pass: the client is told to retry (503).
     pub fn is_transient(&self) -> bool {
         matches!(self, StoreError::Unavailable { .. })

@@ -1,6 +1,5 @@
 //! Batch-delete jobs: pk=`JOB`, sk=job id, expiring one day after their last update.
 
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use jiff::{SignedDuration, Timestamp};
 
 use super::item::{PK, from_item, key, read_item, s, to_item};
@@ -45,10 +44,10 @@ impl Store {
                 .expression_attribute_names("#updated", "updated_at")
                 .expression_attribute_values(":previous", s(previous.to_string())),
         };
-        request.send().await.map_err(|e| match e.as_service_error() {
-            Some(PutItemError::ConditionalCheckFailedException(_)) => StoreError::ConditionFailed,
-            _ => StoreError::backend("PutItem", e),
-        })?;
+        request
+            .send()
+            .await
+            .map_err(|e| StoreError::conditional("PutItem", e))?;
         Ok(())
     }
 

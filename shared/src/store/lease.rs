@@ -3,8 +3,6 @@
 
 use std::time::Duration;
 
-use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use jiff::Timestamp;
 
 use super::item::{EXPIRES_AT, PK, key, n, s};
@@ -47,9 +45,9 @@ impl Store {
             .await;
         match put {
             Ok(_) => Ok(true),
-            Err(e) => match e.as_service_error() {
-                Some(PutItemError::ConditionalCheckFailedException(_)) => Ok(false),
-                _ => Err(StoreError::backend("PutItem", e)),
+            Err(e) => match StoreError::conditional("PutItem", e) {
+                StoreError::ConditionFailed => Ok(false),
+                other => Err(other),
             },
         }
     }
@@ -69,9 +67,9 @@ impl Store {
             .await;
         match delete {
             Ok(_) => Ok(true),
-            Err(e) => match e.as_service_error() {
-                Some(DeleteItemError::ConditionalCheckFailedException(_)) => Ok(false),
-                _ => Err(StoreError::backend("DeleteItem", e)),
+            Err(e) => match StoreError::conditional("DeleteItem", e) {
+                StoreError::ConditionFailed => Ok(false),
+                other => Err(other),
             },
         }
     }

@@ -10,7 +10,6 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, Delete, KeysAndAttributes, Put, TransactWriteItem};
 use jiff::Timestamp;
 
@@ -396,10 +395,10 @@ impl Store {
                 .expression_attribute_values(":failed", s(StackStatus::Failed.as_str()))
                 .update_expression(format!("{set} REMOVE #reason, #message, #failed_at")),
         };
-        update.send().await.map_err(|e| match e.as_service_error() {
-            Some(UpdateItemError::ConditionalCheckFailedException(_)) => StoreError::ConditionFailed,
-            _ => StoreError::backend("UpdateItem", e),
-        })?;
+        update
+            .send()
+            .await
+            .map_err(|e| StoreError::conditional("UpdateItem", e))?;
         Ok(())
     }
 
@@ -427,10 +426,7 @@ impl Store {
             .expression_attribute_values(":now", s(whole_second_after(now)))
             .send()
             .await
-            .map_err(|e| match e.as_service_error() {
-                Some(UpdateItemError::ConditionalCheckFailedException(_)) => StoreError::ConditionFailed,
-                _ => StoreError::backend("UpdateItem", e),
-            })?;
+            .map_err(|e| StoreError::conditional("UpdateItem", e))?;
         Ok(())
     }
 
