@@ -17,11 +17,8 @@ pub(super) fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rej
     if spec.containers.is_empty() {
         return Err(Rejection::new("spec.containers", "must list at least one container"));
     }
-    for (index, container) in spec.init_containers.iter().flatten().enumerate() {
-        check_container(container, ContainerPath { init: true, index }, policy)?;
-    }
-    for (index, container) in spec.containers.iter().enumerate() {
-        check_container(container, ContainerPath { init: false, index }, policy)?;
+    for (at, container) in ContainerPath::every(spec) {
+        check_container(container, at, policy)?;
     }
     Ok(())
 }

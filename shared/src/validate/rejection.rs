@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use k8s_openapi::api::core::v1::{Container, PodSpec};
+
 /// Longest problem text kept; serde errors can quote whole input strings.
 const MAX_PROBLEM_CHARS: usize = 300;
 
@@ -54,6 +56,16 @@ pub(crate) struct ContainerPath {
 impl ContainerPath {
     pub(super) fn field(self, field: &str) -> String {
         format!("{self}.{field}")
+    }
+
+    /// Every container of the pod with its path, init containers first (the order they start
+    /// in, so the first rejection names the container that would fail first).
+    pub(super) fn every(spec: &PodSpec) -> impl Iterator<Item = (Self, &Container)> {
+        let inits = spec.init_containers.iter().flatten().enumerate();
+        let apps = spec.containers.iter().enumerate();
+        inits
+            .map(|(index, c)| (Self { init: true, index }, c))
+            .chain(apps.map(|(index, c)| (Self { init: false, index }, c)))
     }
 }
 
