@@ -6,6 +6,7 @@ mod batch;
 mod capacity;
 mod create;
 mod fit;
+pub mod preflight;
 mod read;
 
 use std::sync::Arc;
@@ -32,6 +33,8 @@ pub enum SetupError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Cluster(#[from] ClusterError),
+    #[error(transparent)]
+    Preflight(#[from] preflight::PreflightError),
 }
 
 /// What a stack operation can fail with; [`StackError::class`] sorts them for the client.
@@ -181,7 +184,8 @@ impl Stacks {
     }
 
     /// Builds the clients once per process (AWS SDK with our timeouts, Kubernetes per
-    /// [`cluster::connect`]) and everything over them.
+    /// [`cluster::connect`]) and everything over them, then checks that the table and the
+    /// cluster are there ([`preflight`]).
     pub async fn connect(config: Config) -> Result<Self, SetupError> {
         let aws = crate::aws::load_sdk_config().await;
         let store = Store::new(
@@ -190,7 +194,9 @@ impl Stacks {
             config.consistent_read,
         );
         let client = cluster::connect(&config, &aws).await?;
-        Ok(Self::from_config(config, store, client)?)
+        let stacks = Self::from_config(config, store, client)?;
+        preflight::check(&stacks.config, &stacks.store, &stacks.cluster).await?;
+        Ok(stacks)
     }
 
     pub fn config(&self) -> &Config {
