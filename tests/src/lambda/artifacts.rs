@@ -15,7 +15,8 @@ pub const BUILD_COMMAND: &str = "SAM_BUILD_MODE=debug tests/env/check-deploy --b
 
 /// The repository's root.
 pub fn repo_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR"));
+    tests.parent().unwrap_or(tests).to_owned()
 }
 
 /// `aws-lambda-rie` in the install cache (`STACK_ENV_CACHE`, as `tests/env/lib.sh` reads it).

@@ -9,8 +9,8 @@ use std::time::Duration;
 use super::emulator::{Emulator, Invocation};
 use super::template::{Deployment, FunctionDefinition};
 use super::{LambdaError, artifacts};
-use crate::env::EnvSettings;
 use crate::env::template::template_path;
+use crate::env::{EnvSettings, SIMULATED_ROLE};
 
 /// The key a local deployment is given: the one the sample events carry.
 pub const LOCAL_API_KEY: &str = crate::api::API_KEY;
@@ -69,6 +69,17 @@ impl LocalFunction {
             removed: Vec::new(),
             build_dir: artifacts::build_dir(),
         }
+    }
+
+    /// Over `table` and `namespace`, stacks on the simulated nodes (kwok runs no container, so
+    /// any image will do): no ingress NetworkPolicy required (no CNI enforces one here) and no
+    /// kube-proxy to wait for. What the tests and benchmarks of the local cluster use.
+    pub fn on_simulated_nodes(self, table: &str, namespace: &str) -> Self {
+        self.table(table)
+            .parameter("StackNamespace", namespace)
+            .parameter("StackNodeRole", SIMULATED_ROLE)
+            .parameter("StackRequireIngressNetworkPolicy", "false")
+            .parameter("StackProxySync", "0s")
     }
 
     /// A template parameter's value, as `sam deploy --parameter-overrides` gives it.

@@ -11,7 +11,7 @@ mod samples;
 
 use http::StatusCode;
 use serde_json::Value;
-use stack_tests::env::{SIMULATED_ROLE, TestEnv, TestTable, unique_name};
+use stack_tests::env::{TestEnv, TestTable, unique_name};
 use stack_tests::lambda::{Gateway, GatewayResponse, LambdaFunction, LocalFunction, RestRequest, Sandbox};
 
 /// The API function in a sandbox over a table and a namespace of its own; stacks go to the
@@ -68,17 +68,9 @@ impl LambdaApi {
     }
 }
 
-/// `function` deployed over the local environment, on `table` and `namespace`, with the
-/// settings every test of the local cluster uses.
+/// `function` deployed over the local environment, on `table` and `namespace`.
 pub(crate) fn local(function: LambdaFunction, env: &TestEnv, table: &str, namespace: &str) -> LocalFunction {
-    LocalFunction::new(function, &env.settings)
-        .table(table)
-        .parameter("StackNamespace", namespace)
-        .parameter("StackNodeRole", SIMULATED_ROLE)
-        // The local cluster has no CNI enforcing NetworkPolicies, and no kube-proxy serves
-        // the simulated nodes.
-        .parameter("StackRequireIngressNetworkPolicy", "false")
-        .parameter("StackProxySync", "0s")
+    LocalFunction::new(function, &env.settings).on_simulated_nodes(table, namespace)
 }
 
 /// The body of a JSON answer with `status`, after what API Gateway needs of it: a JSON
