@@ -9,6 +9,9 @@
 //! stack-env lambda-bootstraps     # sam build's bootstraps present and newer than the sources (else exit 1)
 //! stack-env invoke <api|reconciler> <event.json> [Parameter=Value...]
 //!                                 # the function invoked once under the Lambda emulator (tests/env/invoke)
+//! stack-env lambda-gateway <port> [Parameter=Value...]
+//!                                 # the API function under the emulator behind a local stand-in of API
+//!                                 # Gateway on 127.0.0.1:<port>, until killed (tests/env/contract)
 //! ```
 //! Reads the variables of `tests/env/.state/env.sh` (see `stack_tests::env::EnvSettings`).
 
@@ -18,9 +21,9 @@ use stack_tests::env::{
     EnvError, EnvSettings, SIMULATED_ROLE, TableDefinition, create_table, dynamodb_client, kube_client, nodes,
     rbac_manifest, real_nodes,
 };
-use stack_tests::lambda::{LambdaError, LambdaFunction, LocalFunction, artifacts};
+use stack_tests::lambda::{Gateway, LambdaError, LambdaFunction, LocalFunction, artifacts, local_gateway};
 
-const USAGE: &str = "usage: stack-env create-table <name> | stack-env bootstrap-nodes | stack-env admission-policy | stack-env init-real-nodes | stack-env lambda-bootstraps | stack-env invoke <api|reconciler> <event.json> [Parameter=Value...]";
+const USAGE: &str = "usage: stack-env create-table <name> | stack-env bootstrap-nodes | stack-env admission-policy | stack-env init-real-nodes | stack-env lambda-bootstraps | stack-env invoke <api|reconciler> <event.json> [Parameter=Value...] | stack-env lambda-gateway <port> [Parameter=Value...]";
 
 #[derive(Debug, thiserror::Error)]
 enum ToolError {
@@ -34,6 +37,8 @@ enum ToolError {
     Parameter(String),
     #[error("the invocation failed ({0})")]
     Failed(u16),
+    #[error("serving the gateway: {0}")]
+    Serve(#[source] std::io::Error),
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -46,6 +51,7 @@ async fn main() -> ExitCode {
         ["admission-policy"] => run_admission_policy().await.map_err(ToolError::from),
         ["init-real-nodes"] => run_init_real_nodes().await.map_err(ToolError::from),
         ["lambda-bootstraps"] => check_bootstraps().map_err(ToolError::from),
+        ["lambda-gateway", port, parameters @ ..] => serve_gateway(port, parameters).await,
         ["invoke", function, event, parameters @ ..] => match LambdaFunction::from_name(function) {
             Some(function) => invoke(function, event, parameters).await,
             None => {
@@ -140,28 +146,15 @@ fn check_bootstraps() -> Result<(), LambdaError> {
     Ok(())
 }
 
-/// One invocation of `function` with the event in the file `event`, deployed with the
-/// template's defaults over the local environment (its table, the kubeconfig, key
-/// `local-test-key`), no ingress NetworkPolicy required (as `tests/env/run`), stacks on the
-/// simulated nodes when there are no real ones, then `parameters`. The log goes to stderr,
-/// the answer to stdout.
+/// One invocation of `function` ([`local_deployment`]) with the event in the file `event`.
+/// The log goes to stderr, the answer to stdout.
 async fn invoke(function: LambdaFunction, event: &str, parameters: &[&str]) -> Result<(), ToolError> {
     let settings = EnvSettings::load()?;
     let payload = std::fs::read(event).map_err(|source| ToolError::Event {
         path: event.to_owned(),
         source,
     })?;
-    let mut local = LocalFunction::new(function, &settings).parameter("StackRequireIngressNetworkPolicy", "false");
-    if settings.real_nodes == 0 {
-        local = local.parameter("StackNodeRole", SIMULATED_ROLE);
-    }
-    for parameter in parameters {
-        let (name, value) = parameter
-            .split_once('=')
-            .ok_or_else(|| ToolError::Parameter((*parameter).to_owned()))?;
-        local = local.parameter(name, value);
-    }
-    let sandbox = local.start().await?;
+    let sandbox = local_deployment(function, &settings, parameters)?.start().await?;
     let invocation = sandbox.invoke(&payload).await;
     eprint!("{}", sandbox.log());
     sandbox.stop().await;
@@ -175,4 +168,42 @@ async fn invoke(function: LambdaFunction, event: &str, parameters: &[&str]) -> R
     } else {
         Err(ToolError::Failed(invocation.status))
     }
+}
+
+/// `function` with the template's defaults over the local environment (its table, the
+/// kubeconfig, key `local-test-key`), no ingress NetworkPolicy required (as `tests/env/run`),
+/// stacks on the simulated nodes when there are no real ones, then `parameters` (`Name=Value`).
+fn local_deployment(
+    function: LambdaFunction,
+    settings: &EnvSettings,
+    parameters: &[&str],
+) -> Result<LocalFunction, ToolError> {
+    let mut local = LocalFunction::new(function, settings).parameter("StackRequireIngressNetworkPolicy", "false");
+    if settings.real_nodes == 0 {
+        local = local.parameter("StackNodeRole", SIMULATED_ROLE);
+    }
+    for parameter in parameters {
+        let (name, value) = parameter
+            .split_once('=')
+            .ok_or_else(|| ToolError::Parameter((*parameter).to_owned()))?;
+        local = local.parameter(name, value);
+    }
+    Ok(local)
+}
+
+/// The API function behind the local stand-in of API Gateway on `127.0.0.1:<port>`.
+async fn serve_gateway(port: &str, parameters: &[&str]) -> Result<(), ToolError> {
+    // The stand-in logs the function's failures.
+    stack_core::telemetry::init();
+    let settings = EnvSettings::load()?;
+    let sandbox = local_deployment(LambdaFunction::Api, &settings, parameters)?
+        .start()
+        .await?;
+    let gateway = Gateway::of_template()?;
+    let addr = format!("127.0.0.1:{port}");
+    let listener = tokio::net::TcpListener::bind(&addr).await.map_err(ToolError::Serve)?;
+    eprintln!("stack-env: the API function behind API Gateway's stand-in on http://{addr}");
+    local_gateway::serve(listener, sandbox, gateway)
+        .await
+        .map_err(ToolError::Serve)
 }

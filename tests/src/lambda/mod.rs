@@ -8,6 +8,7 @@
 pub mod artifacts;
 pub mod emulator;
 pub mod gateway;
+pub mod local_gateway;
 pub mod rest_event;
 pub mod sandbox;
 pub mod template;

@@ -62,9 +62,13 @@ impl RestRequest {
     }
 
     pub fn json(self, body: &Value) -> Self {
-        let mut request = self.header("Content-Type", "application/json");
-        request.body = Some(body.to_string());
-        request
+        self.header("Content-Type", "application/json").body(body.to_string())
+    }
+
+    /// A text body, as the client sent it (its content type is one of the headers).
+    pub fn body(mut self, text: String) -> Self {
+        self.body = Some(text);
+        self
     }
 
     /// The value of the request's `Accept` header, which API Gateway matches against the
