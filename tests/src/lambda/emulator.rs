@@ -71,7 +71,18 @@ impl Emulator {
     ) -> Result<Self, LambdaError> {
         let [invoke_addr, runtime_api_addr] = free_addrs()?;
         let working_dir = bootstrap.parent().unwrap_or(Path::new("/"));
-        let mut child = Command::new(emulator)
+        let mut command = Command::new(emulator);
+        // SAFETY: prctl is async-signal-safe and touches nothing of the parent's.
+        unsafe {
+            // The emulator dies with whoever started it, however that ends (a test binary
+            // interrupted, `stack-env lambda-gateway` stopped by a signal); its bootstrap
+            // then loses the Runtime API and exits.
+            command.pre_exec(|| match libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            });
+        }
+        let mut child = command
             .arg("--runtime-interface-emulator-address")
             .arg(invoke_addr.to_string())
             .arg("--runtime-api-address")
