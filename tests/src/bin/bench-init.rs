@@ -11,7 +11,10 @@
 //!
 //! `tests/env/check-deploy --build` (release, as deployed; ~10 min cold) then
 //! `cargo build --release -p stack-tests --bin bench-init && target/release/bench-init
-//! [--runs N] [--build-dir DIR]` (default: this checkout's `target/sam-build/<arch>`).
+//! [--runs N] [--build-dir DIR]` (default: this checkout's `target/sam-build/<arch>`); or,
+//! without sam's packaging, the release binaries cargo builds next to it: `cargo build
+//! --release -p stack-api -p stack-reconciler -p stack-tests --bin stack-api --bin
+//! stack-reconciler --bin bench-init && target/release/bench-init --cargo`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -19,8 +22,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 use stack_tests::env::{TestEnv, unique_name};
+use stack_tests::lambda::artifacts::{self, Bootstraps};
 use stack_tests::lambda::emulator::report;
-use stack_tests::lambda::{LambdaFunction, LocalFunction, Sandbox, artifacts};
+use stack_tests::lambda::{LambdaFunction, LocalFunction, Sandbox};
 
 const CREATE_EVENT: &str = include_str!("../../../events/create-v1.json");
 const SCHEDULED_EVENT: &str = include_str!("../../../events/scheduled.json");
@@ -35,9 +39,15 @@ struct ColdStart {
 #[tokio::main]
 async fn main() -> ExitCode {
     let runs: usize = flag("--runs").and_then(|n| n.parse().ok()).unwrap_or(5);
-    let build_dir = flag("--build-dir")
-        .map(PathBuf::from)
-        .unwrap_or_else(artifacts::build_dir);
+    let bootstraps = if std::env::args().any(|a| a == "--cargo") {
+        Bootstraps::Cargo(cargo_output_dir())
+    } else {
+        Bootstraps::SamBuild(
+            flag("--build-dir")
+                .map(PathBuf::from)
+                .unwrap_or_else(artifacts::build_dir),
+        )
+    };
     let env = match TestEnv::connect().await {
         Ok(env) => env,
         Err(err) => {
@@ -53,16 +63,12 @@ async fn main() -> ExitCode {
         }
     };
     let namespace = unique_name("init");
-    println!(
-        "bootstraps: {} ({} build)",
-        build_dir.display(),
-        artifacts::build_mode(&build_dir)
-    );
+    println!("bootstraps: {}", bootstraps.describe());
     let mut failed = false;
     for function in [LambdaFunction::Api, LambdaFunction::Reconciler] {
         let local = LocalFunction::new(function, &env.settings)
             .on_simulated_nodes(table.name(), &namespace)
-            .build_dir(build_dir.clone());
+            .bootstraps(bootstraps.clone());
         // Run 0 warms the environment up (the namespace made on first use, DynamoDB Local's
         // JIT) and is not counted: a deployed function finds its namespace there.
         if let Err(err) = cold_start(&local).await {
@@ -95,6 +101,14 @@ async fn main() -> ExitCode {
         eprintln!("bench-init: could not delete the table: {err}");
     }
     if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+}
+
+/// Where cargo put this binary, and so the functions' binaries of the same build.
+fn cargo_output_dir() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(PathBuf::from))
+        .unwrap_or_else(|| artifacts::repo_dir().join("target/release"))
 }
 
 fn flag(name: &str) -> Option<String> {

@@ -21,7 +21,8 @@ use stack_tests::env::{
     EnvError, EnvSettings, SIMULATED_ROLE, TableDefinition, create_table, dynamodb_client, kube_client, nodes,
     rbac_manifest, real_nodes,
 };
-use stack_tests::lambda::{Gateway, LambdaError, LambdaFunction, LocalFunction, artifacts, local_gateway};
+use stack_tests::lambda::artifacts::Bootstraps;
+use stack_tests::lambda::{Gateway, LambdaError, LambdaFunction, LocalFunction, local_gateway};
 
 const USAGE: &str = "usage: stack-env create-table <name> | stack-env bootstrap-nodes | stack-env admission-policy | stack-env init-real-nodes | stack-env lambda-bootstraps | stack-env invoke <api|reconciler> <event.json> [Parameter=Value...] | stack-env lambda-gateway <port> [Parameter=Value...]";
 
@@ -134,15 +135,11 @@ async fn run_init_real_nodes() -> Result<(), EnvError> {
 
 /// Both functions' bootstraps, as the emulator would run them.
 fn check_bootstraps() -> Result<(), LambdaError> {
-    let dir = artifacts::build_dir();
+    let bootstraps = Bootstraps::sam_build();
     for function in [LambdaFunction::Api, LambdaFunction::Reconciler] {
-        artifacts::bootstrap(&dir, function.logical_id())?;
+        bootstraps.bootstrap(function.logical_id(), None)?;
     }
-    eprintln!(
-        "stack-env: bootstraps in {} ({} build) are up to date",
-        dir.display(),
-        artifacts::build_mode(&dir)
-    );
+    eprintln!("stack-env: bootstraps in {} are up to date", bootstraps.describe());
     Ok(())
 }
 

@@ -65,21 +65,56 @@ pub fn build_mode(dir: &Path) -> String {
         .unwrap_or_else(|_| "unknown".to_owned())
 }
 
-/// The bootstrap of function `logical_id` in `dir`, refused when missing or older than a
-/// source file of the workspace's functions.
-pub fn bootstrap(dir: &Path, logical_id: &str) -> Result<PathBuf, LambdaError> {
-    let path = dir.join(logical_id).join("bootstrap");
+/// Where the functions' bootstraps come from.
+#[derive(Debug, Clone)]
+pub enum Bootstraps {
+    /// `sam build`'s output for one architecture: `<dir>/<LogicalId>/bootstrap`.
+    SamBuild(PathBuf),
+    /// The binaries cargo builds into `<dir>` (`target/release`), named as `template.yaml`'s
+    /// `BuildProperties` tell cargo-lambda: the same code and profile, linked by cargo.
+    Cargo(PathBuf),
+}
+
+impl Bootstraps {
+    /// This checkout's `sam build` for this machine ([`build_dir`]).
+    pub fn sam_build() -> Self {
+        Bootstraps::SamBuild(build_dir())
+    }
+
+    /// The bootstrap of function `logical_id` (cargo binary `binary`), refused when missing or
+    /// older than a source file of the workspace's functions.
+    pub fn bootstrap(&self, logical_id: &str, binary: Option<&str>) -> Result<PathBuf, LambdaError> {
+        let (path, fix) = match self {
+            Bootstraps::SamBuild(dir) => (dir.join(logical_id).join("bootstrap"), BUILD_COMMAND),
+            Bootstraps::Cargo(dir) => (
+                dir.join(binary.unwrap_or(logical_id)),
+                "cargo build --release -p stack-api -p stack-reconciler",
+            ),
+        };
+        fresh(path, fix)
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            Bootstraps::SamBuild(dir) => format!("{} (sam build, {})", dir.display(), build_mode(dir)),
+            Bootstraps::Cargo(dir) => format!("{} (cargo)", dir.display()),
+        }
+    }
+}
+
+/// `path`, when it exists and is newer than every source file.
+fn fresh(path: PathBuf, fix: &'static str) -> Result<PathBuf, LambdaError> {
     let built = std::fs::metadata(&path)
         .and_then(|m| m.modified())
         .map_err(|_| LambdaError::Missing {
             path: path.clone(),
-            fix: BUILD_COMMAND,
+            fix,
         })?;
     if let Some((newer, _)) = newest_source()?.filter(|(_, changed)| *changed > built) {
         return Err(LambdaError::Stale {
             bootstrap: path,
             newer,
-            fix: BUILD_COMMAND,
+            fix,
         });
     }
     Ok(path)

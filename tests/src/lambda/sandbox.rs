@@ -3,12 +3,12 @@
 //! local cloud's endpoints in place of AWS's.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Duration;
 
+use super::LambdaError;
+use super::artifacts::{self, Bootstraps};
 use super::emulator::{Emulator, Invocation};
 use super::template::{Deployment, FunctionDefinition};
-use super::{LambdaError, artifacts};
 use crate::env::template::template_path;
 use crate::env::{EnvSettings, SIMULATED_ROLE};
 
@@ -49,7 +49,7 @@ pub struct LocalFunction {
     settings: EnvSettings,
     set: BTreeMap<String, String>,
     removed: Vec<String>,
-    build_dir: PathBuf,
+    bootstraps: Bootstraps,
 }
 
 impl LocalFunction {
@@ -67,7 +67,7 @@ impl LocalFunction {
             settings: settings.clone(),
             set: BTreeMap::new(),
             removed: Vec::new(),
-            build_dir: artifacts::build_dir(),
+            bootstraps: Bootstraps::sam_build(),
         }
     }
 
@@ -107,8 +107,8 @@ impl LocalFunction {
     }
 
     /// Where the bootstraps are (default: this checkout's `sam build` for this machine).
-    pub fn build_dir(mut self, dir: PathBuf) -> Self {
-        self.build_dir = dir;
+    pub fn bootstraps(mut self, bootstraps: Bootstraps) -> Self {
+        self.bootstraps = bootstraps;
         self
     }
 
@@ -138,7 +138,9 @@ impl LocalFunction {
     pub async fn start(&self) -> Result<Sandbox, LambdaError> {
         let definition = self.definition()?;
         let environment = self.environment()?;
-        let bootstrap = artifacts::bootstrap(&self.build_dir, self.function.logical_id())?;
+        let bootstrap = self
+            .bootstraps
+            .bootstrap(&definition.logical_id, definition.binary.as_deref())?;
         let timeout = Duration::from_secs(definition.timeout_seconds);
         let emulator = Emulator::start(&artifacts::emulator_path()?, &bootstrap, &environment, timeout).await?;
         Ok(Sandbox { emulator, definition })

@@ -40,6 +40,8 @@ impl Deployment {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FunctionDefinition {
     pub logical_id: String,
+    /// The cargo binary `sam build` makes the bootstrap of (`Metadata.BuildProperties.Binary`).
+    pub binary: Option<String>,
     pub environment: BTreeMap<String, String>,
     pub timeout_seconds: u64,
     pub memory_mb: u64,
@@ -118,8 +120,15 @@ impl FunctionDefinition {
                 unresolved.join("; ")
             ));
         }
+        let binary = function
+            .get("Metadata")
+            .and_then(|m| m.get("BuildProperties"))
+            .and_then(|b| b.get("Binary"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         Ok(Self {
             logical_id: logical_id.to_owned(),
+            binary,
             environment,
             timeout_seconds,
             memory_mb,
@@ -331,5 +340,7 @@ Resources:
             !reconciler.environment.contains_key("API_KEY"),
             "only the API gets the key"
         );
+        assert_eq!(api.binary.as_deref(), Some("stack-api"));
+        assert_eq!(reconciler.binary.as_deref(), Some("stack-reconciler"));
     }
 }
