@@ -6,6 +6,7 @@ pub mod config;
 pub mod deadlines;
 pub mod eks;
 pub mod history;
+pub mod init_error;
 pub mod lifecycle;
 pub mod model;
 #[cfg(test)]

@@ -10,7 +10,7 @@ const LAYERS: &[&[&str]] = &[
     // What everything speaks: the domain types, the deadlines, the dashboard's data.
     &["model", "deadlines", "history", "telemetry", "test_fixture"],
     // Settings and the clients' plumbing.
-    &["config", "aws", "eks"],
+    &["config", "aws", "eks", "init_error"],
     // The manifest's rules, and the two stores of truth: DynamoDB and the cluster.
     &["validate", "store", "cluster"],
     // The one rule of a stack's life and its one removal path.

@@ -232,6 +232,15 @@ build_stack_env() {
     build_workspace_bin stack-env
 }
 
+# The functions' bootstraps as `sam build` makes them, what the Lambda emulator runs: rebuilt
+# (debug, as the test command builds them) when missing or older than the sources.
+ensure_bootstraps() {
+    build_stack_env
+    "$(stack_env_bin)" lambda-bootstraps 2>/dev/null && return 0
+    log "building the functions' bootstraps: sam build (debug)"
+    SAM_BUILD_MODE=debug CARGO_PROFILE_DEV_DEBUG=0 "$ENV_DIR/check-deploy" --build >&2
+}
+
 # Alive and not a zombie (a component started by this very shell is its child until reaped).
 pid_running() {
     local state

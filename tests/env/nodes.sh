@@ -65,11 +65,14 @@ claim_slot() {
         fi
     done
     ((n < MAX_SLOTS)) || die "all $MAX_SLOTS environment slots of this machine are taken ($SLOT_DIR)"
+    local real_nodes="${STACK_ENV_REAL_NODES:-2}" host_ip="10.$((80 + n)).0.1"
+    # Without real nodes no bridge is made (net_up needs root): the control plane is on loopback.
+    ((real_nodes > 0)) || host_ip=127.0.0.1
     cat >"$NET_FILE" <<EOF
 SLOT=$n
 NET_PREFIX=10.$((80 + n))
-HOST_IP=10.$((80 + n)).0.1
-REAL_NODES=${STACK_ENV_REAL_NODES:-2}
+HOST_IP=$host_ip
+REAL_NODES=$real_nodes
 EOF
     load_net
 }

@@ -1,10 +1,25 @@
 use std::process::ExitCode;
 
 use stack_api::{AppState, router};
-use stack_core::config::Config;
+use stack_core::config::{Config, ConfigError};
+use stack_core::init_error::refuse_to_start;
+use stack_core::stacks::SetupError;
 
 /// lambda_http's switch for REST API events: the path is the event's own, without the stage.
 const IGNORE_STAGE_IN_PATH: &str = "AWS_LAMBDA_HTTP_IGNORE_STAGE_IN_PATH";
+
+/// Why the API does not start.
+#[derive(Debug, thiserror::Error)]
+enum StartError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    // Routes are stage-agnostic; lambda_http puts the API Gateway stage in front of the path
+    // unless this is set (template.yaml sets it), and then every route would answer 404.
+    #[error("{IGNORE_STAGE_IN_PATH} is not set: every route would answer 404 behind API Gateway")]
+    StageInPath,
+    #[error(transparent)]
+    Setup(#[from] SetupError),
+}
 
 // One thread: a Lambda sandbox serves one request at a time, and the calls a create makes
 // concurrently wait on the network, not on a core; a second worker only added cross-thread
@@ -12,29 +27,14 @@ const IGNORE_STAGE_IN_PATH: &str = "AWS_LAMBDA_HTTP_IGNORE_STAGE_IN_PATH";
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     stack_core::telemetry::init();
-    let config = match Config::from_env().and_then(|c| c.require_api_key().map(|()| c)) {
-        Ok(config) => config,
-        Err(err) => {
-            tracing::error!(error = %err, "refusing to start");
-            return ExitCode::FAILURE;
-        }
-    };
     let in_lambda = std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some();
-    // Routes are stage-agnostic; lambda_http puts the API Gateway stage in front of the path
-    // unless this is set (template.yaml sets it), and then every route would answer 404.
-    if in_lambda && std::env::var_os(IGNORE_STAGE_IN_PATH).is_none() {
-        tracing::error!(variable = IGNORE_STAGE_IN_PATH, "refusing to start: not set");
-        return ExitCode::FAILURE;
-    }
-    let listen_addr = config.listen_addr;
-    let state = match AppState::from_config(config).await {
-        Ok(state) => state,
+    let (app, listen_addr) = match start(in_lambda).await {
+        Ok(started) => started,
         Err(err) => {
-            tracing::error!(error = %err, "start-up failed");
+            refuse_to_start(&err.to_string()).await;
             return ExitCode::FAILURE;
         }
     };
-    let app = router(state);
     let served = if in_lambda {
         lambda_http::run(app).await.map_err(|e| e.to_string())
     } else {
@@ -47,6 +47,18 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Configuration, clients and the start-up checks: everything before the first request.
+async fn start(in_lambda: bool) -> Result<(axum::Router, std::net::SocketAddr), StartError> {
+    let config = Config::from_env()?;
+    config.require_api_key()?;
+    if in_lambda && std::env::var_os(IGNORE_STAGE_IN_PATH).is_none() {
+        return Err(StartError::StageInPath);
+    }
+    let listen_addr = config.listen_addr;
+    let state = AppState::from_config(config).await?;
+    Ok((router(state), listen_addr))
 }
 
 async fn serve_locally(app: axum::Router, addr: std::net::SocketAddr) -> std::io::Result<()> {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use stack_core::config::Config;
+use stack_core::init_error::refuse_to_start;
 use stack_core::reconcile::run_pass;
 use stack_reconciler::{handler, report, setup};
 
@@ -15,17 +16,14 @@ const LOCAL_BUDGET: Duration = Duration::from_secs(300);
 #[tokio::main]
 async fn main() -> ExitCode {
     stack_core::telemetry::init();
-    let config = match Config::from_env() {
-        Ok(config) => config,
-        Err(err) => {
-            tracing::error!(error = %err, "refusing to start");
-            return ExitCode::FAILURE;
-        }
+    let started = match Config::from_env() {
+        Ok(config) => setup::reconciler(config).await,
+        Err(err) => Err(err.into()),
     };
-    let reconciler = match setup::reconciler(config).await {
+    let reconciler = match started {
         Ok(reconciler) => Arc::new(reconciler),
         Err(err) => {
-            tracing::error!(error = %err, "start-up failed");
+            refuse_to_start(&err.to_string()).await;
             return ExitCode::FAILURE;
         }
     };

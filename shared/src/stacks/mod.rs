@@ -6,6 +6,7 @@ mod capacity;
 mod create;
 mod fit;
 mod load_shed;
+pub mod preflight;
 mod read;
 
 use std::sync::Arc;
@@ -33,6 +34,8 @@ pub enum SetupError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Cluster(#[from] ClusterError),
+    #[error(transparent)]
+    Preflight(#[from] preflight::PreflightError),
 }
 
 /// What a stack operation can fail with; [`StackError::class`] sorts them for the client.
@@ -178,7 +181,8 @@ impl Stacks {
     }
 
     /// Builds the clients once per process (AWS SDK with our timeouts, Kubernetes per
-    /// [`cluster::connect`]) and everything over them.
+    /// [`cluster::connect`]) and everything over them, then checks that the table and the
+    /// cluster are there ([`preflight`]).
     pub async fn connect(config: Config) -> Result<Self, SetupError> {
         let aws = crate::aws::load_sdk_config().await;
         let store = Store::new(
@@ -187,7 +191,9 @@ impl Stacks {
             config.consistent_read,
         );
         let client = cluster::connect(&config, &aws).await?;
-        Ok(Self::from_config(config, store, client)?)
+        let stacks = Self::from_config(config, store, client)?;
+        preflight::check(&stacks.config, &stacks.store, &stacks.cluster).await?;
+        Ok(stacks)
     }
 
     pub fn config(&self) -> &Config {

@@ -1,153 +1,57 @@
-//! Init time of the two Lambda functions, measured locally: each release binary is started as
-//! Lambda starts it (`AWS_LAMBDA_RUNTIME_API` and the `AWS_LAMBDA_*` variables set), against
-//! a loopback stand-in for the Lambda Runtime API, over the local environment (DynamoDB Local
-//! and the real apiserver; run `tests/env/up` first). It prints, per function and run:
+//! Cold starts of the two functions as Lambda runs them: each run starts a fresh sandbox of
+//! the AWS Lambda Runtime Interface Emulator with the bootstrap `sam build` made and the
+//! environment `template.yaml` gives the function, over the local environment (run
+//! `tests/env/up` first), and invokes it. Per function and run it prints the emulator's own
+//! figures (what Lambda reports as Init Duration and Duration):
 //!
-//! - init: process start to its first `GET /runtime/invocation/next` (ready for the first event),
-//! - first invocation: that event handed over to its response posted (`events/healthz.json`
-//!   for the API, `events/scheduled.json` for the reconciler).
+//! - init: the bootstrap's start (its start-up checks included) to its first request for an
+//!   event;
+//! - API: the first create after init (`events/create-v1.json`), then a second one, warm;
+//! - reconciler: the first pass after init (`events/scheduled.json`).
 //!
-//! `cargo build --release -p stack-api -p stack-reconciler -p stack-tests --bin stack-api
-//!  --bin stack-reconciler --bin bench-init && target/release/bench-init [--runs N]`
+//! `tests/env/check-deploy --build` (release, as deployed; ~10 min cold) then
+//! `cargo build --release -p stack-tests --bin bench-init && target/release/bench-init
+//! [--runs N] [--build-dir DIR]` (default: this checkout's `target/sam-build/<arch>`); or,
+//! without sam's packaging, the release binaries cargo builds next to it: `cargo build
+//! --release -p stack-api -p stack-reconciler -p stack-tests --bin stack-api --bin
+//! stack-reconciler --bin bench-init && target/release/bench-init --cargo`.
 
-use std::path::{Path, PathBuf};
-use std::process::{ExitCode, Stdio};
-use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
 
-use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{Path as UrlPath, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use axum::routing::{get, post};
-use stack_tests::env::{EnvSettings, TestEnv, unique_name};
-use tokio::sync::{Mutex, mpsc};
+use serde_json::Value;
+use stack_tests::env::{TestEnv, unique_name};
+use stack_tests::lambda::artifacts::{self, Bootstraps};
+use stack_tests::lambda::emulator::report;
+use stack_tests::lambda::{LambdaFunction, LocalFunction, Sandbox};
 
-const API_KEY: &str = "local-test-key";
-/// How long a function gets to become ready or answer before the run counts as failed.
-const PATIENCE: Duration = Duration::from_secs(30);
+const CREATE_EVENT: &str = include_str!("../../../events/create-v1.json");
+const SCHEDULED_EVENT: &str = include_str!("../../../events/scheduled.json");
 
-/// What the stand-in saw, in order.
-#[derive(Debug)]
-enum Seen {
-    Next,
-    Response(Bytes),
-    Error(String, Bytes),
-}
-
-/// One pending event for the function; handed out once.
-struct RuntimeApi {
-    event: Mutex<Option<String>>,
-    seen: mpsc::UnboundedSender<(Instant, Seen)>,
-}
-
-async fn next(State(api): State<Arc<RuntimeApi>>) -> (HeaderMap, String) {
-    let _ = api.seen.send((Instant::now(), Seen::Next));
-    let Some(event) = api.event.lock().await.take() else {
-        // The function waits here for its second event, which never comes.
-        return std::future::pending::<(HeaderMap, String)>().await;
-    };
-    let deadline = SystemTime::now() + Duration::from_secs(60);
-    let deadline_ms = deadline
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or_default();
-    let mut headers = HeaderMap::new();
-    for (name, value) in [
-        ("lambda-runtime-aws-request-id", "bench-init-request-1".to_owned()),
-        ("lambda-runtime-deadline-ms", deadline_ms.to_string()),
-        (
-            "lambda-runtime-invoked-function-arn",
-            "arn:aws:lambda:us-east-1:123456789012:function:bench-init".to_owned(),
-        ),
-        (
-            "lambda-runtime-trace-id",
-            "Root=1-00000000-000000000000000000000000".to_owned(),
-        ),
-        ("content-type", "application/json".to_owned()),
-    ] {
-        if let Ok(value) = HeaderValue::from_str(&value) {
-            headers.insert(name, value);
-        }
-    }
-    (headers, event)
-}
-
-async fn response(State(api): State<Arc<RuntimeApi>>, body: Bytes) -> StatusCode {
-    let _ = api.seen.send((Instant::now(), Seen::Response(body)));
-    StatusCode::ACCEPTED
-}
-
-async fn invocation_error(State(api): State<Arc<RuntimeApi>>, UrlPath(id): UrlPath<String>, body: Bytes) -> StatusCode {
-    let _ = api.seen.send((Instant::now(), Seen::Error(id, body)));
-    StatusCode::ACCEPTED
-}
-
-async fn init_error(State(api): State<Arc<RuntimeApi>>, body: Bytes) -> StatusCode {
-    let _ = api.seen.send((Instant::now(), Seen::Error("init".into(), body)));
-    StatusCode::ACCEPTED
-}
-
-struct Function {
-    name: &'static str,
-    binary: &'static str,
-    event: &'static str,
-    /// A JSON pointer into the first invocation's response and the value it must have, so
-    /// that only a real answer counts (not an error that came back fast).
-    expect: (&'static str, Expected),
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Expected {
-    Number(u64),
-    Bool(bool),
-}
-
-impl Expected {
-    fn matches(self, value: Option<&serde_json::Value>) -> bool {
-        match self {
-            Expected::Number(n) => value.and_then(serde_json::Value::as_u64) == Some(n),
-            Expected::Bool(b) => value.and_then(serde_json::Value::as_bool) == Some(b),
-        }
-    }
-}
-
-const FUNCTIONS: [Function; 2] = [
-    Function {
-        name: "api",
-        binary: "stack-api",
-        event: "healthz.json",
-        expect: ("/statusCode", Expected::Number(200)),
-    },
-    Function {
-        name: "reconciler",
-        binary: "stack-reconciler",
-        event: "scheduled.json",
-        expect: ("/lease_held", Expected::Bool(true)),
-    },
-];
-
-struct Run {
+/// One cold start: init, the first invocation, and (API) a second one.
+struct ColdStart {
     init: Duration,
-    first_invocation: Duration,
+    first: Duration,
+    second: Option<Duration>,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let runs: usize = std::env::args()
-        .skip_while(|a| a != "--runs")
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(5);
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let bin_dir = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(Path::to_path_buf))
-        .unwrap_or_else(|| root.join("target/release"));
+    let runs: usize = flag("--runs").and_then(|n| n.parse().ok()).unwrap_or(5);
+    let bootstraps = if std::env::args().any(|a| a == "--cargo") {
+        Bootstraps::Cargo(cargo_output_dir())
+    } else {
+        Bootstraps::SamBuild(
+            flag("--build-dir")
+                .map(PathBuf::from)
+                .unwrap_or_else(artifacts::build_dir),
+        )
+    };
     let env = match TestEnv::connect().await {
         Ok(env) => env,
         Err(err) => {
-            eprintln!("bench-init: local environment not reachable (run tests/env/up): {err}");
+            eprintln!("bench-init: {err}");
             return ExitCode::FAILURE;
         }
     };
@@ -159,148 +63,138 @@ async fn main() -> ExitCode {
         }
     };
     let namespace = unique_name("init");
+    println!("bootstraps: {}", bootstraps.describe());
     let mut failed = false;
-    for function in &FUNCTIONS {
-        let binary = bin_dir.join(function.binary);
-        let event = match std::fs::read_to_string(root.join("events").join(function.event)) {
-            Ok(event) => event,
-            Err(err) => {
-                eprintln!("bench-init: events/{}: {err}", function.event);
-                failed = true;
-                continue;
-            }
-        };
+    for function in [LambdaFunction::Api, LambdaFunction::Reconciler] {
+        let local = LocalFunction::new(function, &env.settings)
+            .on_simulated_nodes(table.name(), &namespace)
+            .bootstraps(bootstraps.clone());
+        // Run 0 warms the environment up (the namespace made on first use, DynamoDB Local's
+        // JIT) and is not counted: a deployed function finds its namespace there.
+        if let Err(err) = cold_start(&local).await {
+            eprintln!("{} warm-up: {err}", name(function));
+            failed = true;
+            continue;
+        }
         let mut measured = Vec::new();
         for run in 1..=runs {
-            let child_env = ChildEnv {
-                settings: &env.settings,
-                table: table.name(),
-                namespace: &namespace,
-            };
-            match measure(&binary, &event, function.expect, &child_env).await {
-                Ok(m) => {
-                    println!(
-                        "{} run {run}: init {:.1} ms, first invocation ({}) {:.1} ms",
-                        function.name,
-                        ms(m.init),
-                        function.event,
-                        ms(m.first_invocation)
-                    );
-                    measured.push(m);
+            match cold_start(&local).await {
+                Ok(start) => {
+                    println!("{} run {run}: {}", name(function), describe(function, &start));
+                    measured.push(start);
                 }
                 Err(err) => {
-                    eprintln!("{} run {run}: {err}", function.name);
+                    eprintln!("{} run {run}: {err}", name(function));
                     failed = true;
                 }
             }
         }
         if !measured.is_empty() {
-            let init: Vec<Duration> = measured.iter().map(|m| m.init).collect();
-            let first: Vec<Duration> = measured.iter().map(|m| m.first_invocation).collect();
-            println!(
-                "{} ({}): init median {:.1} ms (min {:.1}, max {:.1}); first invocation median {:.1} ms over {} runs",
-                function.name,
-                binary.display(),
-                ms(median(&init)),
-                ms(init.iter().min().copied().unwrap_or_default()),
-                ms(init.iter().max().copied().unwrap_or_default()),
-                ms(median(&first)),
-                measured.len()
-            );
+            print_medians(function, &measured);
         }
     }
+    let namespaces = kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(env.kube.clone());
+    let _ = namespaces
+        .delete(&namespace, &kube::api::DeleteParams::background())
+        .await;
     if let Err(err) = table.delete().await {
         eprintln!("bench-init: could not delete the table: {err}");
     }
     if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
 }
 
-struct ChildEnv<'a> {
-    settings: &'a EnvSettings,
-    table: &'a str,
-    namespace: &'a str,
+/// Where cargo put this binary, and so the functions' binaries of the same build.
+fn cargo_output_dir() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(PathBuf::from))
+        .unwrap_or_else(|| artifacts::repo_dir().join("target/release"))
 }
 
-/// Starts `binary` as Lambda would and times its init and first invocation.
-async fn measure(
-    binary: &PathBuf,
-    event: &str,
-    (pointer, expected): (&str, Expected),
-    env: &ChildEnv<'_>,
-) -> Result<Run, String> {
-    let (seen_tx, mut seen) = mpsc::unbounded_channel();
-    let api = Arc::new(RuntimeApi {
-        event: Mutex::new(Some(event.to_owned())),
-        seen: seen_tx,
-    });
-    let router = Router::new()
-        .route("/2018-06-01/runtime/invocation/next", get(next))
-        .route("/2018-06-01/runtime/invocation/{id}/response", post(response))
-        .route("/2018-06-01/runtime/invocation/{id}/error", post(invocation_error))
-        .route("/2018-06-01/runtime/init/error", post(init_error))
-        .with_state(api);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(|e| format!("bind: {e}"))?;
-    let runtime_api = listener.local_addr().map_err(|e| e.to_string())?.to_string();
-    let server = tokio::spawn(async move { axum::serve(listener, router).await });
+fn flag(name: &str) -> Option<String> {
+    std::env::args().skip_while(|a| a != name).nth(1)
+}
 
-    let started = Instant::now();
-    let mut child = tokio::process::Command::new(binary)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("AWS_LAMBDA_RUNTIME_API", &runtime_api)
-        .env("AWS_LAMBDA_FUNCTION_NAME", "bench-init")
-        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "512")
-        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
-        .env("AWS_REGION", &env.settings.region)
-        .env("AWS_ACCESS_KEY_ID", &env.settings.access_key_id)
-        .env("AWS_SECRET_ACCESS_KEY", &env.settings.secret_access_key)
-        .env("AWS_ENDPOINT_URL_DYNAMODB", &env.settings.dynamodb_endpoint)
-        .env("K8S_KUBECONFIG", &env.settings.kubeconfig)
-        .env("DDB_STACK_TABLE", env.table)
-        .env("STACK_NAMESPACE", env.namespace)
-        .env("STACK_REQUIRE_INGRESS_NETWORK_POLICY", "false")
-        .env("API_KEY", API_KEY)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("starting {}: {e}", binary.display()))?;
+fn name(function: LambdaFunction) -> &'static str {
+    match function {
+        LambdaFunction::Api => "api",
+        LambdaFunction::Reconciler => "reconciler",
+    }
+}
 
-    let outcome = async {
-        let ready = match seen.recv().await {
-            Some((at, Seen::Next)) => at,
-            Some((_, Seen::Error(id, body))) => {
-                return Err(format!("{id} error: {}", String::from_utf8_lossy(&body)));
-            }
-            other => return Err(format!("unexpected first call: {other:?}")),
-        };
-        match seen.recv().await {
-            Some((done, Seen::Response(body))) => {
-                let answer: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-                if !expected.matches(answer.pointer(pointer)) {
-                    return Err(format!(
-                        "expected {pointer} = {expected:?}, got {}",
-                        String::from_utf8_lossy(&body)
-                    ));
-                }
-                Ok(Run {
-                    init: ready - started,
-                    first_invocation: done - ready,
-                })
-            }
-            Some((_, Seen::Error(id, body))) => Err(format!("{id} error: {}", String::from_utf8_lossy(&body))),
-            other => Err(format!("unexpected call: {other:?}")),
-        }
+async fn cold_start(local: &LocalFunction) -> Result<ColdStart, String> {
+    let sandbox = local.start().await.map_err(|e| e.to_string())?;
+    let measured = measure(local.function(), &sandbox).await;
+    sandbox.stop().await;
+    measured
+}
+
+async fn measure(function: LambdaFunction, sandbox: &Sandbox) -> Result<ColdStart, String> {
+    let (event, invocations) = match function {
+        LambdaFunction::Api => (CREATE_EVENT, 2),
+        LambdaFunction::Reconciler => (SCHEDULED_EVENT, 1),
     };
-    let result = tokio::time::timeout(PATIENCE, outcome)
-        .await
-        .unwrap_or_else(|_| Err(format!("no answer within {PATIENCE:?}")));
-    let _ = child.kill().await;
-    server.abort();
-    result
+    for _ in 0..invocations {
+        let invocation = sandbox.invoke(event.as_bytes()).await.map_err(|e| e.to_string())?;
+        let answer: Value = invocation.json().map_err(|e| e.to_string())?;
+        let worked = match function {
+            LambdaFunction::Api => answer["statusCode"] == 201,
+            LambdaFunction::Reconciler => answer["lease_held"] == true,
+        };
+        if invocation.status != 200 || !worked {
+            return Err(format!(
+                "unexpected answer {}: {answer}\n{}",
+                invocation.status,
+                sandbox.log()
+            ));
+        }
+    }
+    let log = sandbox.log();
+    let init = report::inits(&log).first().copied();
+    let durations = report::invocations(&log);
+    match (init, durations.first()) {
+        (Some(init), Some(first)) => Ok(ColdStart {
+            init,
+            first: *first,
+            second: durations.get(1).copied(),
+        }),
+        _ => Err(format!("the emulator reported no init or invocation:\n{log}")),
+    }
+}
+
+fn describe(function: LambdaFunction, start: &ColdStart) -> String {
+    let first = match function {
+        LambdaFunction::Api => "first create",
+        LambdaFunction::Reconciler => "first pass",
+    };
+    let mut line = format!("init {:.1} ms, {first} {:.1} ms", ms(start.init), ms(start.first));
+    if let Some(second) = start.second {
+        line.push_str(&format!(", second create {:.1} ms", ms(second)));
+    }
+    line
+}
+
+fn print_medians(function: LambdaFunction, measured: &[ColdStart]) {
+    let init: Vec<Duration> = measured.iter().map(|m| m.init).collect();
+    let first: Vec<Duration> = measured.iter().map(|m| m.first).collect();
+    let second: Vec<Duration> = measured.iter().filter_map(|m| m.second).collect();
+    let mut line = format!(
+        "{}: median over {} runs: init {:.1} ms (min {:.1}, max {:.1}), first {} {:.1} ms",
+        name(function),
+        measured.len(),
+        ms(median(&init)),
+        ms(init.iter().min().copied().unwrap_or_default()),
+        ms(init.iter().max().copied().unwrap_or_default()),
+        match function {
+            LambdaFunction::Api => "create",
+            LambdaFunction::Reconciler => "pass",
+        },
+        ms(median(&first)),
+    );
+    if !second.is_empty() {
+        line.push_str(&format!(", second create {:.1} ms", ms(median(&second))));
+    }
+    println!("{line}");
 }
 
 fn ms(d: Duration) -> f64 {

@@ -6,27 +6,60 @@
 //! stack-env bootstrap-nodes       # the default simulated nodes, waited until a stack pod schedules
 //! stack-env admission-policy      # functions/kubernetes-rbac.yaml's admission policy, waited until enforced
 //! stack-env init-real-nodes       # the real nodes given addresses (as EKS's cloud controller does), Ready, running a pod
+//! stack-env lambda-bootstraps     # sam build's bootstraps present and newer than the sources (else exit 1)
+//! stack-env invoke <api|reconciler> <event.json> [Parameter=Value...]
+//!                                 # the function invoked once under the Lambda emulator (tests/env/invoke)
+//! stack-env lambda-gateway <port> [Parameter=Value...]
+//!                                 # the API function under the emulator behind a local stand-in of API
+//!                                 # Gateway on 127.0.0.1:<port>, until killed (tests/env/contract)
 //! ```
 //! Reads the variables of `tests/env/.state/env.sh` (see `stack_tests::env::EnvSettings`).
 
 use std::process::ExitCode;
 
 use stack_tests::env::{
-    EnvError, EnvSettings, TableDefinition, create_table, dynamodb_client, kube_client, nodes, rbac_manifest,
-    real_nodes,
+    EnvError, EnvSettings, SIMULATED_ROLE, TableDefinition, create_table, dynamodb_client, kube_client, nodes,
+    rbac_manifest, real_nodes,
 };
+use stack_tests::lambda::artifacts::Bootstraps;
+use stack_tests::lambda::{Gateway, LambdaError, LambdaFunction, LocalFunction, local_gateway};
 
-const USAGE: &str = "usage: stack-env create-table <name> | stack-env bootstrap-nodes | stack-env admission-policy | stack-env init-real-nodes";
+const USAGE: &str = "usage: stack-env create-table <name> | stack-env bootstrap-nodes | stack-env admission-policy | stack-env init-real-nodes | stack-env lambda-bootstraps | stack-env invoke <api|reconciler> <event.json> [Parameter=Value...] | stack-env lambda-gateway <port> [Parameter=Value...]";
+
+#[derive(Debug, thiserror::Error)]
+enum ToolError {
+    #[error(transparent)]
+    Env(#[from] EnvError),
+    #[error(transparent)]
+    Lambda(#[from] LambdaError),
+    #[error("reading {path}: {source}")]
+    Event { path: String, source: std::io::Error },
+    #[error("{0} is not Parameter=Value")]
+    Parameter(String),
+    #[error("the invocation failed ({0})")]
+    Failed(u16),
+    #[error("serving the gateway: {0}")]
+    Serve(#[source] std::io::Error),
+}
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let result = match args.as_slice() {
-        ["create-table", name] => run_create_table(name).await,
-        ["bootstrap-nodes"] => run_bootstrap_nodes().await,
-        ["admission-policy"] => run_admission_policy().await,
-        ["init-real-nodes"] => run_init_real_nodes().await,
+        ["create-table", name] => run_create_table(name).await.map_err(ToolError::from),
+        ["bootstrap-nodes"] => run_bootstrap_nodes().await.map_err(ToolError::from),
+        ["admission-policy"] => run_admission_policy().await.map_err(ToolError::from),
+        ["init-real-nodes"] => run_init_real_nodes().await.map_err(ToolError::from),
+        ["lambda-bootstraps"] => check_bootstraps().map_err(ToolError::from),
+        ["lambda-gateway", port, parameters @ ..] => serve_gateway(port, parameters).await,
+        ["invoke", function, event, parameters @ ..] => match LambdaFunction::from_name(function) {
+            Some(function) => invoke(function, event, parameters).await,
+            None => {
+                eprintln!("{USAGE}");
+                return ExitCode::from(2);
+            }
+        },
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
@@ -98,4 +131,76 @@ async fn run_init_real_nodes() -> Result<(), EnvError> {
         );
     }
     Ok(())
+}
+
+/// Both functions' bootstraps, as the emulator would run them.
+fn check_bootstraps() -> Result<(), LambdaError> {
+    let bootstraps = Bootstraps::sam_build();
+    for function in [LambdaFunction::Api, LambdaFunction::Reconciler] {
+        bootstraps.bootstrap(function.logical_id(), None)?;
+    }
+    eprintln!("stack-env: bootstraps in {} are up to date", bootstraps.describe());
+    Ok(())
+}
+
+/// One invocation of `function` ([`local_deployment`]) with the event in the file `event`.
+/// The log goes to stderr, the answer to stdout.
+async fn invoke(function: LambdaFunction, event: &str, parameters: &[&str]) -> Result<(), ToolError> {
+    let settings = EnvSettings::load()?;
+    let payload = std::fs::read(event).map_err(|source| ToolError::Event {
+        path: event.to_owned(),
+        source,
+    })?;
+    let sandbox = local_deployment(function, &settings, parameters)?.start().await?;
+    let invocation = sandbox.invoke(&payload).await;
+    eprint!("{}", sandbox.log());
+    sandbox.stop().await;
+    let invocation = invocation?;
+    match invocation.json() {
+        Ok(answer) => println!("{answer:#}"),
+        Err(_) => println!("{}", invocation.text()),
+    }
+    if invocation.status == 200 {
+        Ok(())
+    } else {
+        Err(ToolError::Failed(invocation.status))
+    }
+}
+
+/// `function` with the template's defaults over the local environment (its table, the
+/// kubeconfig, key `local-test-key`), no ingress NetworkPolicy required (as `tests/env/run`),
+/// stacks on the simulated nodes when there are no real ones, then `parameters` (`Name=Value`).
+fn local_deployment(
+    function: LambdaFunction,
+    settings: &EnvSettings,
+    parameters: &[&str],
+) -> Result<LocalFunction, ToolError> {
+    let mut local = LocalFunction::new(function, settings).parameter("StackRequireIngressNetworkPolicy", "false");
+    if settings.real_nodes == 0 {
+        local = local.parameter("StackNodeRole", SIMULATED_ROLE);
+    }
+    for parameter in parameters {
+        let (name, value) = parameter
+            .split_once('=')
+            .ok_or_else(|| ToolError::Parameter((*parameter).to_owned()))?;
+        local = local.parameter(name, value);
+    }
+    Ok(local)
+}
+
+/// The API function behind the local stand-in of API Gateway on `127.0.0.1:<port>`.
+async fn serve_gateway(port: &str, parameters: &[&str]) -> Result<(), ToolError> {
+    // The stand-in logs the function's failures.
+    stack_core::telemetry::init();
+    let settings = EnvSettings::load()?;
+    let sandbox = local_deployment(LambdaFunction::Api, &settings, parameters)?
+        .start()
+        .await?;
+    let gateway = Gateway::of_template()?;
+    let addr = format!("127.0.0.1:{port}");
+    let listener = tokio::net::TcpListener::bind(&addr).await.map_err(ToolError::Serve)?;
+    eprintln!("stack-env: the API function behind API Gateway's stand-in on http://{addr}");
+    local_gateway::serve(listener, sandbox, gateway)
+        .await
+        .map_err(ToolError::Serve)
 }

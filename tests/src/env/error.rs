@@ -11,6 +11,9 @@ pub enum EnvError {
     #[error("reading {path}: {source}")]
     Read { path: PathBuf, source: std::io::Error },
 
+    #[error("writing {path}: {source}")]
+    Write { path: PathBuf, source: std::io::Error },
+
     #[error("template {path}: {reason}")]
     Template { path: PathBuf, reason: String },
 

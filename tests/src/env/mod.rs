@@ -17,6 +17,7 @@
 mod cluster;
 mod dynamodb;
 mod error;
+pub mod kubeconfig;
 pub mod nodes;
 pub mod processes;
 pub mod rbac_manifest;

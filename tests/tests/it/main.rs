@@ -1,10 +1,9 @@
 //! The integration tests against the local environment (`tests/env/up`), one module per
 //! area in one binary, so the dependency graph is linked once instead of once per file.
 //!
-//! Two tests stay binaries of their own: `faults.rs` stops the environment's shared processes
+//! One test stays a binary of its own: `faults.rs` stops the environment's shared processes
 //! (SIGSTOP on the apiserver or DynamoDB), which must not happen while tests of other modules
-//! run (cargo runs test binaries one after another, never side by side); `events.rs` sets a
-//! process-wide variable before any thread starts.
+//! run (cargo runs test binaries one after another, never side by side).
 
 mod admission_policy;
 mod api;
@@ -14,5 +13,6 @@ mod eks_token;
 mod ground;
 mod hostport;
 mod insights;
+mod lambda;
 mod reconciler;
 mod store;
