@@ -62,7 +62,7 @@ pub struct Reply {
 }
 
 impl ApiHarness {
-    /// A harness with the defaults tests want: a fresh namespace with an ingress policy, a
+    /// A harness with the defaults tests want: a fresh namespace (made by the API), a
     /// fresh table, API key `local-test-key`, stacks placed on the simulated nodes
     /// ([`SIMULATED_ROLE`]: kwok runs no container, so any image will do).
     pub async fn start() -> Self {
@@ -91,9 +91,11 @@ impl ApiHarness {
             "the environment runs no real node (STACK_ENV_REAL_NODES=0)"
         );
         let allowlist = format!("{registry}/");
+        let participants = crate::env::real_nodes::participant_cidr(&registry);
         let mut vars = vec![
             ("STACK_NODE_ROLE", crate::env::real_nodes::STACK_ROLE),
             ("STACK_IMAGE_ALLOWLIST", allowlist.as_str()),
+            ("STACK_ALLOW_INGRESS_CIDRS", participants.as_str()),
             ("STACK_PROXY_SYNC", "1s"),
         ];
         vars.extend_from_slice(overrides);
@@ -129,7 +131,6 @@ impl ApiHarness {
             ("STACK_NAMESPACE".into(), namespace.clone()),
             ("DDB_STACK_TABLE".into(), table.name().to_owned()),
             ("API_KEY".into(), API_KEY.into()),
-            ("STACK_REQUIRE_INGRESS_NETWORK_POLICY".into(), "false".into()),
             ("STACK_NODE_ROLE".into(), SIMULATED_ROLE.into()),
             // No kube-proxy serves the simulated nodes.
             ("STACK_PROXY_SYNC".into(), "0s".into()),

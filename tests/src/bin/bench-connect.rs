@@ -115,11 +115,13 @@ async fn run(env: &TestEnv, options: &Options, registry: &str, fixture: &mut Ben
     // One Lambda sandbox per create in AWS: as many create slots as creates at once.
     let slots = (2 * most).to_string();
     let allowlist = format!("{registry}/");
+    let participants = real_nodes::participant_cidr(registry);
     let deadline = format!("{}s", START_DEADLINE.as_secs());
     let settings = [
         ("STACK_EXPOSURE", options.exposure.as_str()),
         ("STACK_NODE_ROLE", real_nodes::STACK_ROLE),
         ("STACK_IMAGE_ALLOWLIST", allowlist.as_str()),
+        ("STACK_ALLOW_INGRESS_CIDRS", participants.as_str()),
         ("STACK_CREATE_CONCURRENCY", slots.as_str()),
         ("STACK_START_TIMEOUT", deadline.as_str()),
         ("STACK_PROXY_SYNC", options.proxy_sync.as_str()),

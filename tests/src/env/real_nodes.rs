@@ -40,6 +40,14 @@ pub fn image(registry: &str, name: &str) -> String {
     format!("{registry}/stack-env/{name}:1")
 }
 
+/// The address participants connect from here: the host end of the nodes' bridge, where the
+/// registry listens. It is private, so an API whose stacks run on the real nodes lets it in
+/// (`STACK_ALLOW_INGRESS_CIDRS`) as an operator lets in an on-site network.
+pub fn participant_cidr(registry: &str) -> String {
+    let host = registry.rsplit_once(':').map_or(registry, |(host, _)| host);
+    format!("{host}/32")
+}
+
 /// Initializes the real nodes 1..=`count` as a cloud controller would, waits until each is
 /// Ready, and runs a pod on each (the sandbox and the TCP challenge image pulled, the pod
 /// network up), so that `up` returns with nodes that really run stacks.
