@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::PostParams;
-use kube::{Api, Client};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use stack_core::config::Config;
 use stack_core::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, Protocol, StackId, TargetPort};
@@ -550,4 +550,49 @@ async fn covers_the_namespace_the_provisioner_creates() {
     let refused = api.pods_api().create(&PostParams::default(), &pod).await;
     assert_refused_by_policy("host-ip", refused, "hostIP is forbidden");
     api.finish().await;
+}
+
+/// A container added to a running stack's pod (`kubectl debug`) is held to the same settings:
+/// refused bare, admitted as `kubectl debug --profile=restricted` makes it.
+#[tokio::test]
+async fn an_ephemeral_container_is_hardened_too() {
+    let harness = PolicyHarness::start().await;
+    let created = harness
+        .create("debugged", harness.stack_pod())
+        .await
+        .expect("the stack pod is admitted");
+    // The functions may not add one (no right on the subresource): an admin does.
+    let admin: kube::Api<Pod> = harness.namespace.api();
+    let add = |container: Value| {
+        json!({"spec": {"ephemeralContainers": [
+            with(container, "/name", json!("debugger"))
+        ]}})
+    };
+    let bare = add(json!({"image": "busybox:1.36"}));
+    let refused = admin
+        .patch_ephemeral_containers(&created.name_any(), &PatchParams::default(), &Patch::Strategic(&bare))
+        .await;
+    assert_refused_by_one_of(
+        "bare-debugger",
+        refused,
+        &[(
+            HARDENING_POLICY_NAME,
+            "every container's securityContext.allowPrivilegeEscalation must be false",
+        )],
+    );
+    let restricted = add(json!({"image": "busybox:1.36", "securityContext": {
+        "allowPrivilegeEscalation": false,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": true,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }}));
+    admin
+        .patch_ephemeral_containers(
+            &created.name_any(),
+            &PatchParams::default(),
+            &Patch::Strategic(&restricted),
+        )
+        .await
+        .expect("a restricted debugger is admitted");
+    harness.finish().await;
 }
