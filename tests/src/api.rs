@@ -108,6 +108,13 @@ impl ApiHarness {
         self.env.settings.registry.as_deref().expect("STACK_ENV_REGISTRY")
     }
 
+    /// Like [`with_env`](Self::with_env), with the functions' cluster client made from `kube`
+    /// (e.g. one impersonating their identity); `STACK_NAMESPACE` among `overrides` names an
+    /// existing namespace (the harness's, which [`finish`](Self::finish) deletes).
+    pub async fn with_kube(env: TestEnv, kube: kube::Config, overrides: &[(&str, &str)]) -> Self {
+        Self::build(env, kube, overrides, None).await
+    }
+
     /// A harness whose stack operations reach an apiserver that accepts connections and never
     /// answers; DynamoDB and the checks through [`TestEnv`] are the real local ones.
     pub async fn with_unresponsive_cluster() -> Self {
@@ -124,8 +131,11 @@ impl ApiHarness {
         overrides: &[(&str, &str)],
         black_hole: Option<BlackHole>,
     ) -> Self {
-        // The API creates the namespace itself on first use, as in production.
-        let namespace = unique_name("api");
+        // The API creates the namespace itself on first use, unless the test made it.
+        let namespace = overrides
+            .iter()
+            .find(|(name, _)| *name == "STACK_NAMESPACE")
+            .map_or_else(|| unique_name("api"), |(_, value)| (*value).to_owned());
         let table = env.fresh_table("api").await.expect("fresh table");
         let mut vars: HashMap<String, String> = HashMap::from([
             ("STACK_NAMESPACE".into(), namespace.clone()),

@@ -8,9 +8,7 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::{
-    Container, Node, Pod, PodSpec, ResourceRequirements, Service, ServicePort, ServiceSpec,
-};
+use k8s_openapi::api::core::v1::{Node, Pod, ResourceRequirements, Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Api;
@@ -23,6 +21,7 @@ use stack_core::stacks::Stacks;
 use stack_core::store::{Manifest, Store, StoreError};
 
 use crate::api::{ApiHarness, kube_config};
+use crate::env::rbac_manifest::hardened_probe_pod;
 use crate::env::{EnvError, SIMULATED_ROLE, SimulatedNode, TestEnv, nodes, wait_for};
 
 /// Time budget of a test pass: long enough never to cut a pass short on a busy machine.
@@ -113,35 +112,32 @@ pub fn stack_labels(id: &StackId) -> BTreeMap<String, String> {
 }
 
 /// A minimal pod bound straight to `node_name` (no scheduler; kwok runs it), with tiny
-/// requests and the given labels.
+/// requests, the given labels and the settings the provisioner forces (the stack namespace's
+/// admission policy refuses a pod without them).
 pub fn minimal_pod(name: &str, labels: BTreeMap<String, String>, node_name: &str) -> Pod {
     let tiny = BTreeMap::from([
         ("cpu".to_owned(), Quantity("1m".to_owned())),
         ("memory".to_owned(), Quantity("1Mi".to_owned())),
     ]);
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            labels: Some(labels),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PodSpec {
-            node_name: Some(node_name.to_owned()),
-            automount_service_account_token: Some(false),
-            containers: vec![Container {
-                name: "app".to_owned(),
-                image: Some("registry.example/ctf/app:1".to_owned()),
-                resources: Some(ResourceRequirements {
-                    requests: Some(tiny.clone()),
-                    limits: Some(tiny),
-                    ..ResourceRequirements::default()
-                }),
-                ..Container::default()
-            }],
-            ..PodSpec::default()
-        }),
-        status: None,
+    let mut pod = hardened_probe_pod();
+    pod.metadata = ObjectMeta {
+        name: Some(name.to_owned()),
+        labels: Some(labels),
+        ..ObjectMeta::default()
+    };
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.node_name = Some(node_name.to_owned());
+        for container in &mut spec.containers {
+            container.name = "app".to_owned();
+            container.image = Some("registry.example/ctf/app:1".to_owned());
+            container.resources = Some(ResourceRequirements {
+                requests: Some(tiny.clone()),
+                limits: Some(tiny.clone()),
+                ..ResourceRequirements::default()
+            });
+        }
     }
+    pod
 }
 
 /// The stack's pod as the reconciler sees it: named and labelled like the API's.

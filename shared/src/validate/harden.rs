@@ -1,5 +1,10 @@
 //! The forced part of every stack pod: identity, labels, placement, lifetime and the security
 //! settings. Runs after every rule passed, so it only adds or replaces.
+//!
+//! The admission policy `stack-provisioner-pod-hardening` of `functions/kubernetes-rbac.yaml`
+//! refuses, in the cluster, any pod of the stack namespace without these settings (whoever
+//! creates it): a setting forced here and not admitted there would refuse every stack, so
+//! change both together (tests/tests/it/admission_policy.rs creates this module's output).
 
 use std::collections::BTreeMap;
 

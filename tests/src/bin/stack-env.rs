@@ -4,7 +4,7 @@
 //! ```text
 //! stack-env create-table <name>   # DynamoDB table from template.yaml's StackTable (no-op if present)
 //! stack-env bootstrap-nodes       # the default simulated nodes, waited until a stack pod schedules
-//! stack-env admission-policy      # functions/kubernetes-rbac.yaml's admission policy, waited until enforced
+//! stack-env admission-policy      # functions/kubernetes-rbac.yaml's admission policies, waited until enforced
 //! stack-env init-real-nodes       # the real nodes given addresses (as EKS's cloud controller does), Ready, running a pod
 //! stack-env lambda-bootstraps     # sam build's bootstraps present and newer than the sources (else exit 1)
 //! stack-env invoke <api|reconciler> <event.json> [Parameter=Value...]
@@ -107,8 +107,9 @@ async fn run_admission_policy() -> Result<(), EnvError> {
     let client = kube_client(&settings).await?;
     rbac_manifest::apply_admission_policy(&client).await?;
     eprintln!(
-        "stack-env: admission policy {} of {} enforced",
+        "stack-env: admission policies {} and {} of {} enforced",
         rbac_manifest::POLICY_NAME,
+        rbac_manifest::HARDENING_POLICY_NAME,
         rbac_manifest::rbac_manifest_path().display()
     );
     Ok(())

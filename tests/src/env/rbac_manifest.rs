@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, Pod, PodSecurityContext, PodSpec, SeccompProfile, SecurityContext,
+};
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -18,8 +20,10 @@ use super::{EnvError, TestNamespace};
 /// The stack namespace the manifest names, on the lines carrying [`NAMESPACE_MARKER`].
 pub const DEFAULT_NAMESPACE: &str = "stacks";
 pub const NAMESPACE_MARKER: &str = "# STACK_NAMESPACE";
-/// The admission policy's name; every refusal message starts with it.
+/// The Pod Security `baseline` admission policy's name; every refusal message starts with it.
 pub const POLICY_NAME: &str = "stack-provisioner-pod-baseline";
+/// The admission policy of the provisioner's forced settings.
+pub const HARDENING_POLICY_NAME: &str = "stack-provisioner-pod-hardening";
 
 const FIELD_MANAGER: &str = "stack-env";
 /// The apiserver loads a new policy from its informer: about a second, more when busy.
@@ -112,7 +116,7 @@ where
 }
 
 /// Applies the manifest's ValidatingAdmissionPolicy objects and waits until the apiserver
-/// enforces the policy.
+/// enforces each policy.
 pub async fn apply_admission_policy(client: &Client) -> Result<(), EnvError> {
     let manifest = RbacManifest::load()?;
     let policies = manifest.objects::<ValidatingAdmissionPolicy>()?;
@@ -125,21 +129,63 @@ pub async fn apply_admission_policy(client: &Client) -> Result<(), EnvError> {
     }
     apply(&Api::all(client.clone()), &policies).await?;
     apply(&Api::all(client.clone()), &bindings).await?;
-    wait_policy_active(client).await
+    wait_policies_active(client).await
 }
 
-/// Dry-runs a host-network pod in a namespace labelled like a stack namespace until the
-/// policy refuses it.
-async fn wait_policy_active(client: &Client) -> Result<(), EnvError> {
+/// A pod that meets both policies: the settings the provisioner forces, nothing else.
+pub fn hardened_probe_pod() -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some("policy-probe".to_owned()),
+            labels: Some([(MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned())].into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            restart_policy: Some("Never".to_owned()),
+            active_deadline_seconds: Some(60),
+            automount_service_account_token: Some(false),
+            enable_service_links: Some(false),
+            security_context: Some(PodSecurityContext {
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "RuntimeDefault".to_owned(),
+                    localhost_profile: None,
+                }),
+                ..PodSecurityContext::default()
+            }),
+            containers: vec![Container {
+                name: "probe".to_owned(),
+                image: Some("probe".to_owned()),
+                security_context: Some(SecurityContext {
+                    allow_privilege_escalation: Some(false),
+                    capabilities: Some(Capabilities {
+                        add: None,
+                        drop: Some(vec!["NET_RAW".to_owned()]),
+                    }),
+                    ..SecurityContext::default()
+                }),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        }),
+        ..Pod::default()
+    }
+}
+
+/// Dry-runs, in a namespace labelled like a stack namespace, a pod each policy alone refuses
+/// (a hardened pod on the host network; a bare pod) until each policy refuses its own.
+async fn wait_policies_active(client: &Client) -> Result<(), EnvError> {
     let labels = [(MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned())].into();
     let namespace = TestNamespace::create_with_labels(client, "policy-probe", labels).await?;
-    let probe = Pod {
+    let mut host_network = hardened_probe_pod();
+    if let Some(spec) = host_network.spec.as_mut() {
+        spec.host_network = Some(true);
+    }
+    let bare = Pod {
         metadata: ObjectMeta {
             name: Some("policy-probe".to_owned()),
             ..ObjectMeta::default()
         },
         spec: Some(PodSpec {
-            host_network: Some(true),
             containers: vec![Container {
                 name: "probe".to_owned(),
                 image: Some("probe".to_owned()),
@@ -149,27 +195,40 @@ async fn wait_policy_active(client: &Client) -> Result<(), EnvError> {
         }),
         ..Pod::default()
     };
+    let pods: Api<Pod> = namespace.api();
+    let mut outcome = Ok(());
+    for (policy, probe, what) in [
+        (POLICY_NAME, &host_network, "a hostNetwork pod"),
+        (HARDENING_POLICY_NAME, &bare, "a pod without the forced settings"),
+    ] {
+        outcome = wait_refused(&pods, probe, policy, what).await;
+        if outcome.is_err() {
+            break;
+        }
+    }
+    namespace.delete().await?;
+    outcome
+}
+
+async fn wait_refused(pods: &Api<Pod>, probe: &Pod, policy: &str, what: &str) -> Result<(), EnvError> {
     let dry_run = PostParams {
         dry_run: true,
         ..PostParams::default()
     };
-    let pods: Api<Pod> = namespace.api();
     let started = Instant::now();
-    let outcome = loop {
-        match pods.create(&dry_run, &probe).await {
-            Err(kube::Error::Api(status)) if status.message.contains(POLICY_NAME) => break Ok(()),
-            Err(error) => break Err(EnvError::kube("dry-run policy probe pod")(error)),
+    loop {
+        match pods.create(&dry_run, probe).await {
+            Err(kube::Error::Api(status)) if status.message.contains(&format!("'{policy}'")) => return Ok(()),
+            Err(error) => return Err(EnvError::kube("dry-run policy probe pod")(error)),
             Ok(_) if started.elapsed() > POLICY_ACTIVE_TIMEOUT => {
-                break Err(EnvError::Timeout {
-                    what: format!("admission policy {POLICY_NAME} to refuse a hostNetwork pod"),
+                return Err(EnvError::Timeout {
+                    what: format!("admission policy {policy} to refuse {what}"),
                     seconds: POLICY_ACTIVE_TIMEOUT.as_secs(),
                 });
             }
             Ok(_) => tokio::time::sleep(POLICY_PROBE_INTERVAL).await,
         }
-    };
-    namespace.delete().await?;
-    outcome
+    }
 }
 
 #[cfg(test)]

@@ -1,21 +1,22 @@
-//! The admission policy of `functions/kubernetes-rbac.yaml` on the real apiserver, met with the
-//! functions' Kubernetes identity (group `stack-provisioner`, impersonated by the admin).
+//! The admission policies of `functions/kubernetes-rbac.yaml` on the real apiserver, met with
+//! the functions' Kubernetes identity (group `stack-provisioner`, impersonated by the admin):
+//! Pod Security `baseline` with host ports in the range, and the provisioner's forced settings.
 //!
 //! The namespace is labelled like a stack namespace but carries no Pod Security label, as with
 //! `STACK_EXPOSURE=hostport`: every refusal below comes from the policy alone.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::PostParams;
-use kube::{Api, Client};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use stack_core::config::Config;
 use stack_core::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, Protocol, StackId, TargetPort};
 use stack_core::validate::{ValidationPolicy, validate};
 use stack_tests::api::{ApiHarness, WEB_POD, kube_config};
-use stack_tests::env::rbac_manifest::{self, POLICY_NAME, RbacManifest};
+use stack_tests::env::rbac_manifest::{self, HARDENING_POLICY_NAME, POLICY_NAME, RbacManifest};
 use stack_tests::env::{SIMULATED_ROLE, TestEnv, TestNamespace};
 
 /// The functions' identity: any user in the group the manifest binds.
@@ -119,21 +120,38 @@ fn with(mut value: Value, pointer: &str, new: Value) -> Value {
     value
 }
 
-/// Asserts the apiserver refused with the policy's `message`.
+/// `value` without `pointer`.
+fn without(mut value: Value, pointer: &str) -> Value {
+    let (parent, key) = pointer.rsplit_once('/').expect("a pointer");
+    if let Some(object) = value.pointer_mut(parent).and_then(Value::as_object_mut) {
+        object.remove(key);
+    }
+    value
+}
+
+/// Asserts the apiserver refused with the baseline policy's `message`.
 fn assert_refused_by_policy(case: &str, result: Result<Pod, kube::Error>, message: &str) {
+    assert_refused_by_one_of(case, result, &[(POLICY_NAME, message)]);
+}
+
+/// Asserts the apiserver refused with one of `refusals`, each a policy and its message: the
+/// apiserver names only the first refusal when a pod breaks both policies.
+fn assert_refused_by_one_of(case: &str, result: Result<Pod, kube::Error>, refusals: &[(&str, &str)]) {
     match result {
         Err(kube::Error::Api(status)) => {
             assert_eq!(status.code, 422, "{case}: {status:?}");
             assert!(
-                status.message.contains(&format!(
-                    "ValidatingAdmissionPolicy '{POLICY_NAME}' with binding '{POLICY_NAME}' denied request"
-                )) && status.message.contains(message),
-                "{case}: expected the policy's {message:?}, got {:?}",
+                refusals
+                    .iter()
+                    .any(|(policy, message)| status.message.contains(&format!(
+                        "ValidatingAdmissionPolicy '{policy}' with binding '{policy}' denied request: {message}"
+                    ))),
+                "{case}: expected one of {refusals:?}, got {:?}",
                 status.message
             );
         }
         Err(other) => panic!("{case}: expected the policy's refusal, got {other}"),
-        Ok(_) => panic!("{case}: admitted, expected the policy's {message:?}"),
+        Ok(_) => panic!("{case}: admitted, expected one of {refusals:?}"),
     }
 }
 
@@ -153,7 +171,8 @@ async fn refuses_what_baseline_forbids_and_host_ports_outside_the_range() {
             with(
                 pod.clone(),
                 "/spec/initContainers",
-                json!([{"name": "init", "image": "busybox:1.36", "ports": [{"containerPort": 81, "hostPort": 80}]}]),
+                json!([{"name": "init", "image": "busybox:1.36", "ports": [{"containerPort": 81, "hostPort": 80}],
+                        "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["NET_RAW"]}}}]),
             ),
             range.as_str(),
         ),
@@ -173,25 +192,6 @@ async fn refuses_what_baseline_forbids_and_host_ports_outside_the_range() {
             "hostNetwork, hostPID and hostIPC must be false",
         ),
         (
-            "privileged",
-            // The apiserver refuses privileged without privilege escalation by itself.
-            with(
-                pod.clone(),
-                container_context,
-                json!({"privileged": true, "allowPrivilegeEscalation": true}),
-            ),
-            "containers must not be privileged",
-        ),
-        (
-            "host-path",
-            with(
-                pod.clone(),
-                "/spec/volumes",
-                json!([{"name": "root", "hostPath": {"path": "/"}}]),
-            ),
-            "hostPath volumes are forbidden",
-        ),
-        (
             "sys-admin",
             with(
                 pod.clone(),
@@ -208,15 +208,6 @@ async fn refuses_what_baseline_forbids_and_host_ports_outside_the_range() {
                 json!(["NET_RAW"]),
             ),
             "capabilities.add may only name capabilities of the baseline's default set",
-        ),
-        (
-            "seccomp-unconfined",
-            with(
-                pod.clone(),
-                "/spec/securityContext/seccompProfile/type",
-                json!("Unconfined"),
-            ),
-            "seccompProfile must be RuntimeDefault or Localhost",
         ),
         (
             "apparmor-unconfined",
@@ -258,6 +249,223 @@ async fn refuses_what_baseline_forbids_and_host_ports_outside_the_range() {
     for (case, pod, message) in cases {
         assert_refused_by_policy(case, harness.create(case, pod).await, message);
     }
+    // These break the forced settings too: either policy's refusal will do.
+    let escalation = "every container's securityContext.allowPrivilegeEscalation must be false";
+    let both = [
+        (
+            "privileged",
+            // The apiserver refuses privileged without privilege escalation by itself.
+            with(
+                pod.clone(),
+                container_context,
+                json!({"privileged": true, "allowPrivilegeEscalation": true, "capabilities": {"drop": ["NET_RAW"]}}),
+            ),
+            [
+                (POLICY_NAME, "containers must not be privileged"),
+                (HARDENING_POLICY_NAME, escalation),
+            ],
+        ),
+        (
+            "host-path",
+            with(
+                pod.clone(),
+                "/spec/volumes",
+                json!([{"name": "root", "hostPath": {"path": "/"}}]),
+            ),
+            [
+                (POLICY_NAME, "hostPath volumes are forbidden"),
+                (HARDENING_POLICY_NAME, VOLUME_TYPES),
+            ],
+        ),
+        (
+            "seccomp-unconfined",
+            with(
+                pod.clone(),
+                "/spec/securityContext/seccompProfile/type",
+                json!("Unconfined"),
+            ),
+            [
+                (POLICY_NAME, "seccompProfile must be RuntimeDefault or Localhost"),
+                (HARDENING_POLICY_NAME, POD_SECCOMP),
+            ],
+        ),
+    ];
+    for (case, pod, refusals) in both {
+        assert_refused_by_one_of(case, harness.create(case, pod).await, &refusals);
+    }
+    harness.finish().await;
+}
+
+const VOLUME_TYPES: &str = "only emptyDir, configMap, secret, downwardAPI and projected volumes are allowed";
+const POD_SECCOMP: &str = "spec.securityContext.seccompProfile.type must be RuntimeDefault";
+
+/// Each forced setting in turn, on the pod the provisioner makes: every one-field change that
+/// undoes it is refused, with a message naming the setting, whoever creates the pod (here the
+/// functions' own identity). None of these changes breaks Pod Security `baseline`.
+#[tokio::test]
+async fn refuses_each_setting_the_provisioner_forces() {
+    let harness = PolicyHarness::start().await;
+    // Another service account must exist, or the apiserver refuses the pod before the policy.
+    let accounts: kube::Api<ServiceAccount> = harness.namespace.api();
+    let account: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "other"}})).expect("account");
+    accounts
+        .create(&PostParams::default(), &account)
+        .await
+        .expect("service account");
+    let pod = harness.stack_pod();
+    let container = "/spec/containers/0/securityContext";
+    let hardened_init = json!({"name": "init", "image": "busybox:1.36",
+        "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["NET_RAW"]}}});
+    let label = "metadata.labels must have app.kubernetes.io/managed-by=stack-provisioner";
+    let restart = "spec.restartPolicy must be Never";
+    let token = "spec.automountServiceAccountToken must be false";
+    let container_seccomp = "a container's securityContext.seccompProfile.type may only be RuntimeDefault";
+    let escalation = "every container's securityContext.allowPrivilegeEscalation must be false";
+    let net_raw = "every container's securityContext.capabilities.drop must name NET_RAW or ALL";
+    let projected = "projected volumes may only project configMap, secret and downwardAPI sources";
+    let localhost = json!({"type": "Localhost", "localhostProfile": "profiles/audit.json"});
+    let cases = [
+        ("no-labels", without(pod.clone(), "/metadata/labels"), label),
+        (
+            "other-manager",
+            with(
+                pod.clone(),
+                "/metadata/labels",
+                json!({"app.kubernetes.io/managed-by": "helm"}),
+            ),
+            label,
+        ),
+        (
+            "restart-always",
+            with(pod.clone(), "/spec/restartPolicy", json!("Always")),
+            restart,
+        ),
+        ("restart-unset", without(pod.clone(), "/spec/restartPolicy"), restart),
+        (
+            "no-deadline",
+            without(pod.clone(), "/spec/activeDeadlineSeconds"),
+            "spec.activeDeadlineSeconds must be set",
+        ),
+        (
+            "token",
+            with(pod.clone(), "/spec/automountServiceAccountToken", json!(true)),
+            token,
+        ),
+        (
+            "token-unset",
+            without(pod.clone(), "/spec/automountServiceAccountToken"),
+            token,
+        ),
+        (
+            "service-account",
+            with(pod.clone(), "/spec/serviceAccountName", json!("other")),
+            "spec.serviceAccountName must be default",
+        ),
+        (
+            "service-links",
+            with(pod.clone(), "/spec/enableServiceLinks", json!(true)),
+            "spec.enableServiceLinks must be false",
+        ),
+        (
+            "pod-seccomp-unset",
+            without(pod.clone(), "/spec/securityContext"),
+            POD_SECCOMP,
+        ),
+        (
+            // Pod Security baseline admits a Localhost profile; the provisioner never sets one.
+            "pod-seccomp-localhost",
+            with(pod.clone(), "/spec/securityContext/seccompProfile", localhost.clone()),
+            POD_SECCOMP,
+        ),
+        (
+            "container-seccomp-localhost",
+            with(pod.clone(), &format!("{container}/seccompProfile"), localhost),
+            container_seccomp,
+        ),
+        (
+            "escalation",
+            with(
+                pod.clone(),
+                &format!("{container}/allowPrivilegeEscalation"),
+                json!(true),
+            ),
+            escalation,
+        ),
+        (
+            "escalation-unset",
+            without(pod.clone(), &format!("{container}/allowPrivilegeEscalation")),
+            escalation,
+        ),
+        (
+            "init-escalation",
+            with(
+                pod.clone(),
+                "/spec/initContainers",
+                json!([without(
+                    hardened_init.clone(),
+                    "/securityContext/allowPrivilegeEscalation"
+                )]),
+            ),
+            escalation,
+        ),
+        (
+            "net-raw-kept",
+            with(pod.clone(), &format!("{container}/capabilities/drop"), json!(["CHOWN"])),
+            net_raw,
+        ),
+        (
+            "init-net-raw-kept",
+            with(
+                pod.clone(),
+                "/spec/initContainers",
+                json!([without(hardened_init, "/securityContext/capabilities")]),
+            ),
+            net_raw,
+        ),
+        (
+            "claim",
+            with(
+                pod.clone(),
+                "/spec/volumes",
+                json!([{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]),
+            ),
+            VOLUME_TYPES,
+        ),
+        (
+            "csi",
+            with(
+                pod.clone(),
+                "/spec/volumes",
+                json!([{"name": "data", "csi": {"driver": "csi.example.com"}}]),
+            ),
+            VOLUME_TYPES,
+        ),
+        (
+            "huge-pages",
+            with(
+                pod.clone(),
+                "/spec/volumes",
+                json!([{"name": "data", "emptyDir": {"medium": "HugePages"}}]),
+            ),
+            "an emptyDir's medium must be Memory or unset",
+        ),
+        (
+            "projected-token",
+            with(
+                pod.clone(),
+                "/spec/volumes",
+                json!([{"name": "api", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}]),
+            ),
+            projected,
+        ),
+    ];
+    for (case, pod, message) in cases {
+        assert_refused_by_one_of(
+            case,
+            harness.create(case, pod).await,
+            &[(HARDENING_POLICY_NAME, message)],
+        );
+    }
     harness.finish().await;
 }
 
@@ -276,11 +484,41 @@ async fn admits_stack_pods_and_host_ports_inside_the_range() {
         "/spec/securityContext/sysctls",
         json!([{"name": "net.ipv4.ip_unprivileged_port_start", "value": "0"}]),
     );
+    // What a manifest may add to the forced settings: tighter, never looser.
+    let container = "/spec/containers/0/securityContext";
+    let tighter = with(
+        with(
+            with(pod.clone(), &format!("{container}/runAsNonRoot"), json!(true)),
+            &format!("{container}/runAsUser"),
+            json!(1000),
+        ),
+        &format!("{container}/readOnlyRootFilesystem"),
+        json!(true),
+    );
+    let drop_all = with(
+        with(pod.clone(), &format!("{container}/capabilities/drop"), json!(["ALL"])),
+        &format!("{container}/capabilities/add"),
+        json!(["NET_BIND_SERVICE"]),
+    );
+    let volumes = with(
+        pod.clone(),
+        "/spec/volumes",
+        json!([
+            {"name": "scratch", "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}},
+            {"name": "config", "configMap": {"name": "challenge"}},
+            {"name": "flag", "secret": {"secretName": "flag"}},
+            {"name": "info", "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
+            {"name": "both", "projected": {"sources": [{"configMap": {"name": "challenge"}}, {"secret": {"name": "flag"}}]}},
+        ]),
+    );
     let cases = [
         ("as-provisioned", pod.clone()),
         ("host-port-min", host_port(min)),
         ("host-port-max", host_port(max)),
         ("baseline-extras", baseline_extras),
+        ("tighter", tighter),
+        ("drop-all", drop_all),
+        ("volumes", volumes),
     ];
     for (case, pod) in cases {
         let created = harness
@@ -312,4 +550,49 @@ async fn covers_the_namespace_the_provisioner_creates() {
     let refused = api.pods_api().create(&PostParams::default(), &pod).await;
     assert_refused_by_policy("host-ip", refused, "hostIP is forbidden");
     api.finish().await;
+}
+
+/// A container added to a running stack's pod (`kubectl debug`) is held to the same settings:
+/// refused bare, admitted as `kubectl debug --profile=restricted` makes it.
+#[tokio::test]
+async fn an_ephemeral_container_is_hardened_too() {
+    let harness = PolicyHarness::start().await;
+    let created = harness
+        .create("debugged", harness.stack_pod())
+        .await
+        .expect("the stack pod is admitted");
+    // The functions may not add one (no right on the subresource): an admin does.
+    let admin: kube::Api<Pod> = harness.namespace.api();
+    let add = |container: Value| {
+        json!({"spec": {"ephemeralContainers": [
+            with(container, "/name", json!("debugger"))
+        ]}})
+    };
+    let bare = add(json!({"image": "busybox:1.36"}));
+    let refused = admin
+        .patch_ephemeral_containers(&created.name_any(), &PatchParams::default(), &Patch::Strategic(&bare))
+        .await;
+    assert_refused_by_one_of(
+        "bare-debugger",
+        refused,
+        &[(
+            HARDENING_POLICY_NAME,
+            "every container's securityContext.allowPrivilegeEscalation must be false",
+        )],
+    );
+    let restricted = add(json!({"image": "busybox:1.36", "securityContext": {
+        "allowPrivilegeEscalation": false,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": true,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }}));
+    admin
+        .patch_ephemeral_containers(
+            &created.name_any(),
+            &PatchParams::default(),
+            &Patch::Strategic(&restricted),
+        )
+        .await
+        .expect("a restricted debugger is admitted");
+    harness.finish().await;
 }

@@ -14,5 +14,6 @@ mod ground;
 mod hostport;
 mod insights;
 mod lambda;
+mod rbac;
 mod reconciler;
 mod store;

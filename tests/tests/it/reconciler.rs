@@ -7,13 +7,15 @@ use std::time::{Duration, Instant};
 
 use http::Method;
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 use stack_core::model::ObservedState;
-use stack_core::model::{BatchDeleteJob, JobStatus, MANAGED_BY_LABEL, StackId, StackStatus, new_job_id};
+use stack_core::model::{
+    BatchDeleteJob, JobStatus, MANAGED_BY_LABEL, MANAGED_BY_VALUE, StackId, StackStatus, new_job_id,
+};
 use stack_core::reconcile::{LEASE_NAME, Summary};
 use stack_tests::api::{ApiHarness, WEB_POD, listed_ids};
 use stack_tests::env::{SimulatedNode, nodes, unique_name};
@@ -316,6 +318,38 @@ async fn a_record_that_does_not_read_stops_neither_the_pass_nor_the_lists_and_it
     api.finish().await;
 }
 
+/// Creates `pods`, which lack our managed-by label, in the harness's namespace. The stack
+/// namespace's admission policy refuses such pods, so they stand for pods made before it was
+/// applied: they are created while the namespace briefly lacks the label its binding selects.
+async fn create_unguarded(api: &ApiHarness, pods: &[&Pod]) {
+    let namespaces = Api::<Namespace>::all(api.env.kube.clone());
+    let label = |value: Value| json!({"metadata": {"labels": {MANAGED_BY_LABEL: value}}});
+    let relabel = |value: Value| {
+        let namespaces = namespaces.clone();
+        async move {
+            namespaces
+                .patch(&api.namespace, &PatchParams::default(), &Patch::Merge(&label(value)))
+                .await
+                .expect("relabel the namespace");
+        }
+    };
+    relabel(Value::Null).await;
+    for pod in pods {
+        // The admission plugin reads namespaces from its cache: it may not see the change yet.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match api.pods_api().create(&PostParams::default(), pod).await {
+                Ok(_) => break,
+                Err(kube::Error::Api(status)) if status.code == 422 && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(error) => panic!("create {:?}: {error}", pod.metadata.name),
+            }
+        }
+    }
+    relabel(json!(MANAGED_BY_VALUE)).await;
+}
+
 #[tokio::test]
 async fn old_orphans_are_deleted_young_ones_and_foreign_pods_kept() {
     let api = ApiHarness::start().await;
@@ -337,9 +371,7 @@ async fn old_orphans_are_deleted_young_ones_and_foreign_pods_kept() {
     let unlabelled = minimal_pod("unlabelled", BTreeMap::new(), &node);
     let foreign_labels = BTreeMap::from([(MANAGED_BY_LABEL.to_owned(), "helm".to_owned())]);
     let foreign = minimal_pod("managed-by-helm", foreign_labels, &node);
-    for pod in [&unlabelled, &foreign] {
-        api.pods_api().create(&create, pod).await.unwrap();
-    }
+    create_unguarded(&api, &[&unlabelled, &foreign]).await;
     let with_orphan = State {
         pods: BTreeSet::from([claimed.pod_name(), orphan.pod_name()]),
         services: BTreeSet::from([claimed.service_name(), orphan.service_name()]),

@@ -1,0 +1,325 @@
+//! The functions' Kubernetes rights (`functions/kubernetes-rbac.yaml`'s Role and ClusterRole,
+//! for group `stack-provisioner`) on the real apiserver: the API and the reconciler do all
+//! they do under them, in both exposure modes, and the verbs they do not grant are refused.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use http::Method;
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use stack_core::model::StackId;
+use stack_core::reconcile::{Reconciler, run_pass};
+use stack_tests::api::{ApiHarness, WEB_POD, kube_config};
+use stack_tests::env::rbac_manifest::{self, RbacManifest};
+use stack_tests::env::{TestEnv, TestNamespace};
+use stack_tests::reconciler::{PASS_BUDGET, reconciler_config, set_ttl, stacks_over};
+
+const FUNCTIONS_USER: &str = "stack-provisioner-fn";
+const FUNCTIONS_GROUP: &str = "stack-provisioner";
+
+/// A stack namespace set up as the manifest sets up `stacks`, and a client config with the
+/// functions' identity.
+struct Granted {
+    env: TestEnv,
+    namespace: String,
+    /// The manifest's ClusterRole and binding, renamed for this test: they are cluster-wide
+    /// and the ClusterRole names the namespace.
+    cluster_name: String,
+    functions: kube::Config,
+}
+
+impl Granted {
+    /// The manifest's Namespace labels (as its header says for hostport: `privileged`, without
+    /// the two lines after it), Role, RoleBinding, ClusterRole and binding, applied as admin;
+    /// and an ingress NetworkPolicy, as the README asks of the operator.
+    async fn grant(hostport: bool) -> Self {
+        let env = TestEnv::connect().await.expect("local environment (run tests/env/up)");
+        let template = RbacManifest::load().expect("rbac manifest");
+        let mut labels = template
+            .objects::<Namespace>()
+            .expect("namespace")
+            .pop()
+            .expect("the manifest's Namespace")
+            .metadata
+            .labels
+            .unwrap_or_default();
+        if hostport {
+            labels.insert("pod-security.kubernetes.io/enforce".to_owned(), "privileged".to_owned());
+            labels.remove("pod-security.kubernetes.io/enforce-version");
+            labels.remove("pod-security.kubernetes.io/warn");
+        }
+        let namespace = TestNamespace::create_with_labels(&env.kube, "rbac", labels)
+            .await
+            .expect("namespace");
+        let name = namespace.name().to_owned();
+        let manifest = RbacManifest::load_for_namespace(&name).expect("rbac manifest");
+        rbac_manifest::apply(&namespace.api(), &manifest.objects::<Role>().expect("roles"))
+            .await
+            .expect("apply Role");
+        rbac_manifest::apply(
+            &namespace.api(),
+            &manifest.objects::<RoleBinding>().expect("role bindings"),
+        )
+        .await
+        .expect("apply RoleBinding");
+        let cluster_name = format!("stack-provisioner-{name}");
+        let mut roles = manifest.objects::<ClusterRole>().expect("cluster roles");
+        for role in &mut roles {
+            role.metadata.name = Some(cluster_name.clone());
+        }
+        let mut bindings = manifest.objects::<ClusterRoleBinding>().expect("cluster role bindings");
+        for binding in &mut bindings {
+            binding.metadata.name = Some(cluster_name.clone());
+            binding.role_ref.name = cluster_name.clone();
+        }
+        assert_eq!((roles.len(), bindings.len()), (1, 1), "one ClusterRole and its binding");
+        rbac_manifest::apply(&Api::all(env.kube.clone()), &roles)
+            .await
+            .expect("apply ClusterRole");
+        rbac_manifest::apply(&Api::all(env.kube.clone()), &bindings)
+            .await
+            .expect("apply ClusterRoleBinding");
+        let ingress: NetworkPolicy = serde_json::from_value(json!({
+            "metadata": {"name": "ingress"},
+            "spec": {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{}]},
+        }))
+        .expect("policy");
+        namespace
+            .api::<NetworkPolicy>()
+            .create(&PostParams::default(), &ingress)
+            .await
+            .expect("ingress policy");
+
+        let mut functions = kube_config(&env).await;
+        functions.auth_info.impersonate = Some(FUNCTIONS_USER.to_owned());
+        functions.auth_info.impersonate_groups = Some(vec![FUNCTIONS_GROUP.to_owned()]);
+        Self {
+            env,
+            namespace: name,
+            cluster_name,
+            functions,
+        }
+    }
+
+    fn client(&self) -> Client {
+        Client::try_from(self.functions.clone()).expect("impersonating client")
+    }
+
+    /// The API over this namespace with the functions' identity.
+    async fn api(&self, overrides: &[(&str, &str)]) -> ApiHarness {
+        let mut vars = vec![
+            ("STACK_NAMESPACE", self.namespace.as_str()),
+            ("STACK_REQUIRE_INGRESS_NETWORK_POLICY", "true"),
+        ];
+        vars.extend_from_slice(overrides);
+        let env = TestEnv::connect().await.expect("local environment");
+        ApiHarness::with_kube(env, self.functions.clone(), &vars).await
+    }
+
+    /// Whether the functions may `verb` `resource` (in the namespace unless `cluster`).
+    async fn may(&self, verb: &str, group: &str, resource: &str, cluster: bool) -> bool {
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    verb: Some(verb.to_owned()),
+                    group: Some(group.to_owned()),
+                    resource: Some(resource.to_owned()),
+                    namespace: (!cluster).then(|| self.namespace.clone()),
+                    ..ResourceAttributes::default()
+                }),
+                ..SelfSubjectAccessReviewSpec::default()
+            },
+            ..SelfSubjectAccessReview::default()
+        };
+        let answer = Api::<SelfSubjectAccessReview>::all(self.client())
+            .create(&PostParams::default(), &review)
+            .await
+            .expect("access review");
+        answer.status.expect("review status").allowed
+    }
+
+    async fn revoke(self) {
+        let delete = DeleteParams::default();
+        Api::<ClusterRoleBinding>::all(self.env.kube.clone())
+            .delete(&self.cluster_name, &delete)
+            .await
+            .expect("delete ClusterRoleBinding");
+        Api::<ClusterRole>::all(self.env.kube.clone())
+            .delete(&self.cluster_name, &delete)
+            .await
+            .expect("delete ClusterRole");
+    }
+}
+
+/// Every route that touches the cluster, then a reconcile pass that ends an expired stack,
+/// all with the functions' identity: a missing right would be a 500 or a failed pass.
+async fn run_the_product(granted: &Granted, api: &ApiHarness) {
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let created = api.create(WEB_POD, json!(80)).await;
+        assert_eq!(created.status, 201, "{}", created.json);
+        ids.push(created.json["stack_id"].as_str().expect("stack_id").to_owned());
+    }
+    for path in [
+        format!("/stacks/{}", ids[0]),
+        format!("/stacks/{}/status", ids[0]),
+        "/stacks".to_owned(),
+        "/stats".to_owned(),
+        "/healthz".to_owned(),
+    ] {
+        let read = api.call(Method::GET, &path, None).await;
+        assert_eq!(read.status, 200, "{path}: {}", read.json);
+    }
+    let renewed = api.call(Method::POST, &format!("/stacks/{}/renew", ids[0]), None).await;
+    assert_eq!(renewed.status, 200, "{}", renewed.json);
+    let deleted = api.call(Method::DELETE, &format!("/stacks/{}", ids[0]), None).await;
+    assert_eq!(deleted.status, 200, "{}", deleted.json);
+    let batch = api
+        .call(
+            Method::POST,
+            "/stacks/batch-delete",
+            Some(json!({"stack_ids": [ids[1].clone()]})),
+        )
+        .await;
+    assert_eq!(batch.status, 202, "{}", batch.json);
+
+    let job = format!(
+        "/stacks/batch-delete/{}",
+        batch.json["job_id"].as_str().expect("job_id")
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let read = api.call(Method::GET, &job, None).await;
+        assert_eq!(read.status, 200, "{}", read.json);
+        if read.json["status"] == "completed" || read.json["status"] == "failed" {
+            assert_eq!(
+                (&read.json["status"], &read.json["deleted"]),
+                (&json!("completed"), &json!(1)),
+                "{}",
+                read.json
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "batch job still {}", read.json);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // The reconciler, a sandbox of its own with the same identity, ends the expired one.
+    let expired: StackId = ids[2].parse().expect("stack id");
+    let stacks = stacks_over(
+        reconciler_config(&granted.namespace, api.table.name(), &[]),
+        stack_core::cluster::client_builder(&granted.functions)
+            .expect("kube client")
+            .build(),
+        api.env.dynamodb.clone(),
+    );
+    set_ttl(
+        stacks.store(),
+        &expired,
+        Timestamp::now() - SignedDuration::from_secs(1),
+    )
+    .await
+    .expect("expire the stack");
+    let summary = run_pass(&Reconciler::new(stacks), Instant::now() + PASS_BUDGET)
+        .await
+        .expect("the pass runs");
+    assert_eq!((summary.counts.expired, summary.counts.failures), (1, 0), "{summary:?}");
+    api.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn the_api_and_the_reconciler_need_no_more_than_the_manifest_grants() {
+    let granted = Granted::grant(false).await;
+    let api = granted.api(&[]).await;
+    run_the_product(&granted, &api).await;
+    api.finish().await;
+    granted.revoke().await;
+}
+
+#[tokio::test]
+async fn so_do_host_port_stacks() {
+    let granted = Granted::grant(true).await;
+    let api = granted.api(&[("STACK_EXPOSURE", "hostport")]).await;
+    run_the_product(&granted, &api).await;
+    api.finish().await;
+    granted.revoke().await;
+}
+
+/// The verbs the functions never call are not granted: a stack's pod cannot be changed with
+/// their credentials, nor a namespace created.
+#[tokio::test]
+async fn verbs_the_functions_never_use_are_refused() {
+    let granted = Granted::grant(false).await;
+    let api = granted.api(&[]).await;
+    let created = api.create(WEB_POD, json!(80)).await;
+    assert_eq!(created.status, 201, "{}", created.json);
+    let pod = api.managed_pods().await.pop().expect("the stack's pod");
+
+    let pods: Api<Pod> = Api::namespaced(granted.client(), &granted.namespace);
+    let relabel = json!({"metadata": {"labels": {"app.kubernetes.io/managed-by": "nobody"}}});
+    match pods
+        .patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&relabel))
+        .await
+    {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 403, "{status:?}"),
+        other => panic!("patch pod: expected 403, got {other:?}"),
+    }
+
+    let core = "";
+    let allowed = [
+        ("create", core, "pods", false),
+        ("get", core, "pods", false),
+        ("list", core, "pods", false),
+        ("watch", core, "pods", false),
+        ("delete", core, "pods", false),
+        ("create", core, "services", false),
+        ("get", core, "services", false),
+        ("list", core, "services", false),
+        ("delete", core, "services", false),
+        ("list", "networking.k8s.io", "networkpolicies", false),
+        ("create", "networking.k8s.io", "networkpolicies", false),
+        ("patch", "networking.k8s.io", "networkpolicies", false),
+        ("get", core, "nodes", true),
+        ("list", core, "nodes", true),
+    ];
+    let refused = [
+        ("patch", core, "pods", false),
+        ("update", core, "pods", false),
+        ("deletecollection", core, "pods", false),
+        ("create", core, "pods/exec", false),
+        ("create", core, "pods/ephemeralcontainers", false),
+        ("patch", core, "services", false),
+        ("watch", core, "services", false),
+        ("get", "networking.k8s.io", "networkpolicies", false),
+        ("delete", "networking.k8s.io", "networkpolicies", false),
+        ("get", core, "resourcequotas", false),
+        ("list", core, "limitranges", false),
+        ("get", core, "secrets", false),
+        ("create", core, "serviceaccounts", false),
+        ("watch", core, "nodes", true),
+        ("patch", core, "nodes", true),
+        ("create", core, "namespaces", true),
+        ("patch", core, "namespaces", true),
+    ];
+    let mut wrong = BTreeMap::new();
+    for (verb, group, resource, cluster) in allowed {
+        if !granted.may(verb, group, resource, cluster).await {
+            wrong.insert(format!("{verb} {resource}"), "refused, needed");
+        }
+    }
+    for (verb, group, resource, cluster) in refused {
+        if granted.may(verb, group, resource, cluster).await {
+            wrong.insert(format!("{verb} {resource}"), "granted, never used");
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:?}");
+    api.finish().await;
+    granted.revoke().await;
+}
