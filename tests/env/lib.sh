@@ -192,6 +192,8 @@ export STACK_IMAGE_ALLOWLIST='$HOST_IP:$REGISTRY_PORT/'
 # when told (as an operator tells it an on-site network).
 export STACK_ALLOW_INGRESS_CIDRS='$HOST_IP/32'
 export STACK_ENV_REAL_NODES='${REAL_NODES:-0}'
+# A public address on this machine that the real nodes' stacks reach as they would the internet.
+export STACK_ENV_INTERNET_HOST='$( ((${REAL_NODES:-0} > 0)) && internet_host)'
 EOF
     mv "$tmp" "$ENV_FILE"
 }

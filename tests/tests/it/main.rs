@@ -12,6 +12,7 @@ mod dashboard;
 mod eks_token;
 mod ground;
 mod hostport;
+mod isolation;
 mod insights;
 mod lambda;
 mod rbac;
