@@ -1,11 +1,13 @@
 //! End-to-end tests of `validate` and the helpers they share: `rules` has one table row per
 //! rule (accepted and rejected, asserting the field path of every rejection), `output` the
-//! forced settings and resource accounting, `round_trip` what accepted output satisfies,
+//! forced settings and resource accounting, `hardening` what authors and the operator add to
+//! the forced settings, `round_trip` what accepted output satisfies,
 //! `fuzz` the property tests and `bench` the timings.
 
 mod bench;
 mod corpus;
 mod fuzz;
+mod hardening;
 mod output;
 mod principles;
 mod round_trip;
@@ -27,6 +29,9 @@ pub(super) fn policy() -> ValidationPolicy {
         ephemeral_storage_limit: 1 << 30,
         image_allowlist: Vec::new(),
         runtime_class: None,
+        drop_capabilities: crate::config::DropCapabilities::NetRaw,
+        add_back_capabilities: strings(crate::config::BASELINE_CAPABILITIES),
+        node_taint: None,
         shared_config_maps: strings(&["cfg", "c", "web-cfg", "scripts"]),
         shared_secrets: strings(&["flag", "s"]),
         image_pull_secrets: strings(&["pull"]),
