@@ -139,22 +139,13 @@ pub(super) fn run(yaml: &str) -> Result<HardenedPod, Rejection> {
     validate(yaml, &[tcp(80)], &stack_id(), &policy())
 }
 
-/// Strips what `validate` forces and input may not carry (security contexts, our labels).
+/// Strips what `validate` adds and input may not carry: our labels. (The forced security
+/// contexts are acceptable input: they only tighten.)
 pub(super) fn without_forced_fields(pod: &Pod) -> String {
     let mut pod = pod.clone();
     if let Some(labels) = &mut pod.metadata.labels {
         labels.remove(MANAGED_BY_LABEL);
         labels.remove(STACK_ID_LABEL);
-    }
-    if let Some(spec) = &mut pod.spec {
-        spec.security_context = None;
-        for c in spec
-            .containers
-            .iter_mut()
-            .chain(spec.init_containers.iter_mut().flatten())
-        {
-            c.security_context = None;
-        }
     }
     serde_yaml::to_string(&pod).expect("yaml")
 }

@@ -4,9 +4,8 @@
 
 use serde_json::{Value, json};
 
-use super::{edited, init_container, policy, stack_id, tcp};
+use super::{edited, init_container, policy, stack_id, tcp, without_forced_fields};
 use crate::config::{DropCapabilities, NodeTaint};
-use crate::model::{MANAGED_BY_LABEL, STACK_ID_LABEL};
 use crate::validate::{HardenedPod, Rejection, ValidationPolicy, validate};
 
 fn run_with(policy: &ValidationPolicy, edits: &[(&str, Value)]) -> Result<HardenedPod, Rejection> {
@@ -17,14 +16,9 @@ fn spec_of(hardened: &HardenedPod) -> Value {
     serde_json::to_value(&hardened.pod).expect("json")["spec"].clone()
 }
 
-/// The hardened pod as input again: only the provisioner's labels are refused as input.
+/// The hardened pod as input again.
 fn again(policy: &ValidationPolicy, hardened: &HardenedPod) -> HardenedPod {
-    let mut pod = hardened.pod.clone();
-    if let Some(labels) = &mut pod.metadata.labels {
-        labels.remove(MANAGED_BY_LABEL);
-        labels.remove(STACK_ID_LABEL);
-    }
-    let yaml = serde_yaml::to_string(&pod).expect("yaml");
+    let yaml = without_forced_fields(&hardened.pod);
     match validate(&yaml, &[tcp(80)], &stack_id(), policy) {
         Ok(second) => second,
         Err(r) => panic!("the hardened output was refused: {r}\n{yaml}"),
