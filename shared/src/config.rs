@@ -10,6 +10,10 @@ use std::time::Duration;
 use crate::deadlines::{CREATE_WORK_BUDGET, MAX_CREATE_QUEUE_WAIT, MAX_CREATE_WAIT};
 use crate::model::Exposure;
 
+mod hardening;
+
+pub use hardening::{ALWAYS_DROPPED, BASELINE_CAPABILITIES, DropCapabilities, LINUX_CAPABILITIES, NodeTaint};
+
 /// `STACK_ON_UNSCHEDULABLE`: what a create does when the scheduler finds no node for the pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnUnschedulable {
@@ -93,6 +97,12 @@ pub struct Config {
     /// `STACK_RUNTIME_CLASS`: the RuntimeClass every stack pod runs under (a sandboxed runtime
     /// such as gVisor's `runsc`); none: the nodes' default runtime.
     pub runtime_class: Option<String>,
+    /// `STACK_DROP_CAPABILITIES`: what every container loses (`NET_RAW`, or all).
+    pub drop_capabilities: DropCapabilities,
+    /// `STACK_ADD_BACK_CAPABILITIES`: what a manifest may list in `capabilities.add`.
+    pub add_back_capabilities: Vec<String>,
+    /// `STACK_NODE_TAINT`: the taint of dedicated stack nodes, tolerated by every stack pod.
+    pub node_taint: Option<NodeTaint>,
     /// ConfigMaps of the stack namespace that manifests may reference (mount or read).
     pub shared_config_maps: Vec<String>,
     /// Secrets of the stack namespace that manifests may reference (mount or read).
@@ -265,6 +275,17 @@ impl Config {
                 .map(|v| split_list(&v))
                 .unwrap_or_default(),
             runtime_class: env.string("STACK_RUNTIME_CLASS"),
+            drop_capabilities: env.parse(
+                "STACK_DROP_CAPABILITIES",
+                DropCapabilities::default(),
+                hardening::parse_drop_capabilities,
+            ),
+            add_back_capabilities: env.parse(
+                "STACK_ADD_BACK_CAPABILITIES",
+                hardening::default_add_back(),
+                hardening::parse_add_back,
+            ),
+            node_taint: env.parse_opt("STACK_NODE_TAINT", hardening::parse_node_taint),
             shared_config_maps: env
                 .string("STACK_SHARED_CONFIGMAPS")
                 .map(|v| split_list(&v))
@@ -603,6 +624,39 @@ mod tests {
         assert_eq!(dotted.runtime_class.as_deref(), Some("sandbox.example.com"));
         let err = config(&[("API_KEY", "k"), ("STACK_RUNTIME_CLASS", "gVisor Sandbox")]).unwrap_err();
         assert!(err.to_string().contains("STACK_RUNTIME_CLASS"), "{err}");
+    }
+
+    #[test]
+    fn hardening_settings_default_to_dropping_net_raw_on_shared_nodes() {
+        let c = config(&[("API_KEY", "k")]).unwrap();
+        assert_eq!(c.drop_capabilities, DropCapabilities::NetRaw);
+        assert_eq!(c.add_back_capabilities, to_strings(BASELINE_CAPABILITIES));
+        assert_eq!(c.node_taint, None);
+        let strict = config(&[
+            ("API_KEY", "k"),
+            ("STACK_DROP_CAPABILITIES", "all"),
+            ("STACK_ADD_BACK_CAPABILITIES", "CHOWN,SETUID,SETGID"),
+            ("STACK_NODE_TAINT", "example.com/stacks=ctf:NoSchedule"),
+        ])
+        .unwrap();
+        assert_eq!(strict.drop_capabilities, DropCapabilities::All);
+        assert_eq!(strict.add_back_capabilities, ["CHOWN", "SETUID", "SETGID"]);
+        assert_eq!(strict.node_taint.map(|t| t.key).as_deref(), Some("example.com/stacks"));
+        let err = config(&[
+            ("API_KEY", "k"),
+            ("STACK_DROP_CAPABILITIES", "some"),
+            ("STACK_ADD_BACK_CAPABILITIES", "SYS_ADMIN"),
+            ("STACK_NODE_TAINT", "stacks"),
+        ])
+        .unwrap_err();
+        assert_eq!(err.problems.len(), 3, "{err}");
+        for name in [
+            "STACK_DROP_CAPABILITIES",
+            "STACK_ADD_BACK_CAPABILITIES",
+            "STACK_NODE_TAINT",
+        ] {
+            assert!(err.to_string().contains(name), "{name}: {err}");
+        }
     }
 
     #[test]

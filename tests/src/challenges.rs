@@ -20,6 +20,8 @@ pub struct Challenge {
     pub env: Vec<(String, String)>,
     /// The container's CPU limit (and request, as the validator makes them equal).
     pub cpu: String,
+    /// The container's `securityContext` as YAML, when the author hardens it.
+    pub security_context: Option<String>,
 }
 
 impl Challenge {
@@ -39,6 +41,7 @@ impl Challenge {
             // Enough that runc's init is not throttled for long: under a 50m CPU quota a pod
             // takes two seconds to start (bench-connect measures it).
             cpu: "200m".to_owned(),
+            security_context: None,
         }
     }
 
@@ -57,6 +60,12 @@ impl Challenge {
         self
     }
 
+    /// With the container's `securityContext`, a YAML flow mapping such as `{runAsUser: 1000}`.
+    pub fn with_security_context(mut self, context: &str) -> Self {
+        self.security_context = Some(context.to_owned());
+        self
+    }
+
     /// The Pod manifest (YAML).
     pub fn manifest(&self) -> String {
         let mut env = format!("        - name: FLAG\n          value: \"{}\"\n", self.flag);
@@ -71,8 +80,13 @@ impl Challenge {
         } else {
             String::new()
         };
+        let security = self
+            .security_context
+            .as_ref()
+            .map(|context| format!("      securityContext: {context}\n"))
+            .unwrap_or_default();
         format!(
-            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: challenge\n  labels:\n    challenge: stack-env\nspec:\n  containers:\n    - name: challenge\n      image: {image}\n      ports:\n        - containerPort: {port}\n      env:\n{env}{probe}      resources:\n        limits:\n          cpu: {cpu}\n          memory: 32Mi\n",
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: challenge\n  labels:\n    challenge: stack-env\nspec:\n  containers:\n    - name: challenge\n      image: {image}\n      ports:\n        - containerPort: {port}\n      env:\n{env}{probe}{security}      resources:\n        limits:\n          cpu: {cpu}\n          memory: 32Mi\n",
             image = self.image,
             cpu = self.cpu,
             port = self.port,

@@ -33,8 +33,9 @@ pub struct JobAccepted {
 
 #[derive(Serialize, ToSchema)]
 pub struct BatchDeleteRequest {
-    /// Trimmed; duplicates dropped; a blank one is refused.
-    #[schema(min_items = 1, value_type = Vec<StackIdText>)]
+    /// Trimmed; duplicates dropped; a blank one is refused; at most 10,000
+    /// (`stacks::MAX_BATCH_IDS`).
+    #[schema(min_items = 1, max_items = 10000, value_type = Vec<StackIdText>)]
     pub stack_ids: Vec<String>,
 }
 
@@ -182,6 +183,7 @@ mod tests {
             None => &ids["items"],
         };
         assert_eq!(item["pattern"], "\\S", "{ids}");
+        assert_eq!(ids["maxItems"], stack_core::stacks::MAX_BATCH_IDS, "{ids}");
     }
 
     /// Failed stacks say why in two optional fields; the fields clients already read stay

@@ -12,6 +12,12 @@ use crate::store::StoreError;
 
 const CHUNK: usize = 16;
 
+/// Most ids one batch delete may name. Its job is one DynamoDB item (at most 400 KB, which a
+/// longer list overflowed: the write failed and the request answered 500): 10,000 ids take
+/// about 250 KB, leaving room for the errors it keeps. It is also the most stacks the largest
+/// deployment measured runs (`tests/BENCHMARKS.md`), so one request can still end an event.
+pub const MAX_BATCH_IDS: usize = 10_000;
+
 /// Whether a job made it to the end within the time it was given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobProgress {
@@ -25,33 +31,7 @@ pub enum JobProgress {
 impl Stacks {
     /// Validates the ids and stores a queued job.
     pub async fn start_batch_delete(&self, ids: &[String]) -> Result<BatchDeleteJob, StackError> {
-        if ids.is_empty() {
-            return Err(StackError::Invalid("invalid input".into()));
-        }
-        let mut seen = HashSet::new();
-        let mut pending = Vec::new();
-        for id in ids {
-            let id = id.trim();
-            if id.is_empty() {
-                return Err(StackError::Invalid("invalid stack_ids".into()));
-            }
-            if seen.insert(id.to_owned()) {
-                pending.push(id.to_owned());
-            }
-        }
-        let now = Timestamp::now();
-        let job = BatchDeleteJob {
-            job_id: new_job_id(),
-            status: JobStatus::Queued,
-            total: u32::try_from(pending.len()).unwrap_or(u32::MAX),
-            deleted: 0,
-            not_found: 0,
-            failed: 0,
-            errors: Vec::new(),
-            pending,
-            created_at: now,
-            updated_at: now,
-        };
+        let job = new_job(ids, Timestamp::now())?;
         self.store.put_new_job(&job).await?;
         Ok(job)
     }
@@ -92,10 +72,56 @@ impl Stacks {
         Ok(JobProgress::Finished)
     }
 
+    // Ids are checked when the job is made; one stored by an older version may not be.
     async fn delete_for_job(&self, id: &str) -> Result<(), StackError> {
         let id: StackId = id.parse().map_err(|_| StackError::NotFound)?;
         self.delete(&id).await
     }
+}
+
+/// The queued job for `ids` (as the contract reads them: trimmed, duplicates dropped, none
+/// blank, at least one). An id that is not a stack id names no stack, as `DELETE
+/// /stacks/{id}` answers 404 for it: it is counted in `not_found` at once and not stored, so
+/// that what a job keeps is bounded by [`MAX_BATCH_IDS`] stack ids.
+fn new_job(ids: &[String], now: Timestamp) -> Result<BatchDeleteJob, StackError> {
+    if ids.is_empty() {
+        return Err(StackError::Invalid("invalid input".into()));
+    }
+    if ids.len() > MAX_BATCH_IDS {
+        return Err(StackError::Invalid(format!(
+            "too many stack_ids: {}, at most {MAX_BATCH_IDS} per request (send several)",
+            ids.len()
+        )));
+    }
+    let mut seen = HashSet::new();
+    let mut pending = Vec::new();
+    let mut not_found = 0;
+    for id in ids {
+        let id = id.trim();
+        if id.is_empty() {
+            return Err(StackError::Invalid("invalid stack_ids".into()));
+        }
+        if !seen.insert(id) {
+            continue;
+        }
+        match id.parse::<StackId>() {
+            Ok(stack_id) => pending.push(stack_id.to_string()),
+            Err(_) => not_found += 1,
+        }
+    }
+    let total = u32::try_from(seen.len()).unwrap_or(u32::MAX);
+    Ok(BatchDeleteJob {
+        job_id: new_job_id(),
+        status: JobStatus::Queued,
+        total,
+        deleted: 0,
+        not_found,
+        failed: 0,
+        errors: Vec::new(),
+        pending,
+        created_at: now,
+        updated_at: now,
+    })
 }
 
 fn record_outcome(job: &mut BatchDeleteJob, id: &str, outcome: Result<(), StackError>) {
@@ -142,6 +168,60 @@ mod tests {
             created_at: now,
             updated_at: now,
         }
+    }
+
+    fn strings(ids: &[&str]) -> Vec<String> {
+        ids.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn ids_that_are_no_stack_id_count_as_not_found_and_are_not_stored() {
+        let long = format!("stack-{}", "f".repeat(100_000));
+        let ids = strings(&[
+            " stack-0123456789abcdef ",
+            "stack-0123456789abcdef",
+            "stack-0123456789ABCDEF",
+            "job-0123456789abcdef",
+            "../etc",
+            "../etc",
+            &long,
+            "stack-fedcba9876543210",
+        ]);
+        let job = new_job(&ids, Timestamp::now()).unwrap();
+        assert_eq!(job.pending, ["stack-0123456789abcdef", "stack-fedcba9876543210"]);
+        assert_eq!((job.total, job.not_found), (6, 4));
+        assert_eq!(job.status, JobStatus::Queued);
+    }
+
+    #[test]
+    fn no_ids_a_blank_one_or_too_many_are_refused() {
+        let refused = |ids: Vec<String>| match new_job(&ids, Timestamp::now()) {
+            Err(StackError::Invalid(message)) => message,
+            other => panic!("{} ids: {other:?}", ids.len()),
+        };
+        assert_eq!(refused(Vec::new()), "invalid input");
+        assert_eq!(refused(strings(&["stack-0123456789abcdef", " "])), "invalid stack_ids");
+        let too_many = vec!["stack-0123456789abcdef".to_owned(); MAX_BATCH_IDS + 1];
+        assert_eq!(
+            refused(too_many),
+            "too many stack_ids: 10001, at most 10000 per request (send several)"
+        );
+        let most = vec!["x".to_owned(); MAX_BATCH_IDS];
+        assert_eq!(new_job(&most, Timestamp::now()).unwrap().total, 1);
+    }
+
+    /// The largest job fits in its DynamoDB item, with every error it may keep (its JSON is
+    /// longer than its item: each string costs 1 byte more in JSON than in a list).
+    #[test]
+    fn the_largest_job_fits_in_one_item() {
+        let ids: Vec<String> = (0..MAX_BATCH_IDS).map(|i| format!("stack-{i:016x}")).collect();
+        let mut job = new_job(&ids, Timestamp::now()).unwrap();
+        assert_eq!(job.pending.len(), MAX_BATCH_IDS);
+        for id in &ids[..BatchDeleteJob::MAX_ERRORS] {
+            record_outcome(&mut job, id, Err(StackError::Unavailable("x".repeat(4096))));
+        }
+        let bytes = serde_json::to_vec(&job).unwrap().len();
+        assert!(bytes < crate::store::MAX_ITEM_BYTES - 1024, "{bytes} bytes");
     }
 
     #[test]

@@ -20,7 +20,9 @@
 //!   cloud's choice, never the manifest's.
 //!
 //! Not judged: taints (they only ever keep every manifest off a node, so they are the
-//! operator's), ephemeral storage (the per-stack budget gives every pod about the same
+//! operator's; the taint of dedicated stack nodes, `STACK_NODE_TAINT`, is tolerated by every
+//! stack pod, and `StackNode` carries no taints, so a tainted stack node stays a candidate),
+//! ephemeral storage (the per-stack budget gives every pod about the same
 //! amount, so a node too small for one is too small for all), and what pods already use on
 //! the node (they end). Allocatable that a node does not report is not judged either.
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
 
-pub use batch::JobProgress;
+pub use batch::{JobProgress, MAX_BATCH_IDS};
 pub use capacity::{Capacity, NodeCapacity, PortCapacity};
 pub use create::{CreateOutcome, CreateRequest};
 pub use read::{ListPage, Stats};

@@ -2,11 +2,11 @@
 //! `..`), so a new field in an upgraded k8s-openapi fails to compile until it is decided.
 //! Resources are checked by the `resources` module.
 
-use k8s_openapi::api::core::v1::{Container, LifecycleHandler, PodSpec, Probe, SecurityContext, VolumeMount};
+use k8s_openapi::api::core::v1::{Container, LifecycleHandler, PodSpec, Probe, VolumeMount};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::rejection::ContainerPath;
-use super::{MAX_TERMINATION_GRACE_SECS, Rejection, ValidationPolicy, images};
+use super::{MAX_TERMINATION_GRACE_SECS, Rejection, ValidationPolicy, images, security_context};
 
 /// Longest probe delay, period or timeout accepted: anything longer is no probe at all.
 pub(super) const MAX_PROBE_SECONDS: i64 = 3600;
@@ -59,15 +59,9 @@ fn check_container(container: &Container, at: ContainerPath, policy: &Validation
     }
     images::check(image.as_deref().unwrap_or_default(), &policy.image_allowlist)
         .map_err(|problem| Rejection::new(at.field("image"), problem))?;
-    // `{}` (as in `kubectl get -o yaml`) asks for nothing; the forced context replaces it.
-    if security_context
-        .as_ref()
-        .is_some_and(|sc| *sc != SecurityContext::default())
-    {
-        return Err(Rejection::forbidden_because(
-            at.field("securityContext"),
-            "it is set by the provisioner",
-        ));
+    // Only what hardens the container; `harden` merges it with the forced settings.
+    if let Some(context) = security_context {
+        security_context::check_container(context, &at.field("securityContext"), &policy.add_back_capabilities)?;
     }
     if volume_devices.is_some() {
         return Err(Rejection::forbidden_because(

@@ -1,5 +1,7 @@
 //! The forced part of every stack pod: identity, labels, placement, lifetime and the security
-//! settings. Runs after every rule passed, so it only adds or replaces.
+//! settings. Runs after every rule passed, so it only adds or replaces. The security contexts
+//! keep what the manifest asked (only tightening fields pass `security_context`) with the
+//! forced settings laid over them: the forced drops and the manifest's add up, none is lost.
 //!
 //! The admission policy `stack-provisioner-pod-hardening` of `functions/kubernetes-rbac.yaml`
 //! refuses, in the cluster, any pod of the stack namespace without these settings (whoever
@@ -8,13 +10,15 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Capabilities, Pod, PodSecurityContext, SeccompProfile, SecurityContext};
+use k8s_openapi::api::core::v1::{Capabilities, Pod, PodSecurityContext, SeccompProfile, SecurityContext, Toleration};
 
 use super::ValidationPolicy;
+use crate::config::{ALWAYS_DROPPED, DropCapabilities, NodeTaint};
 use crate::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, STACK_ID_LABEL, StackId};
 
-/// Capabilities dropped from every container; raw sockets allow spoofing on the node network.
-pub const DROPPED_CAPABILITIES: [&str; 1] = ["NET_RAW"];
+/// Capabilities dropped from every container under every `STACK_DROP_CAPABILITIES` profile;
+/// raw sockets allow spoofing on the node network.
+pub const DROPPED_CAPABILITIES: [&str; 1] = [ALWAYS_DROPPED];
 
 pub(super) fn apply(pod: &mut Pod, stack_id: &StackId, policy: &ValidationPolicy) {
     let meta = &mut pod.metadata;
@@ -46,18 +50,39 @@ pub(super) fn apply(pod: &mut Pod, stack_id: &StackId, policy: &ValidationPolicy
             .map_or(policy.max_lifetime_secs, |asked| asked.min(policy.max_lifetime_secs)),
     );
     spec.node_selector = Some(BTreeMap::from([("role".to_owned(), policy.node_role.clone())]));
+    // Dedicated stack nodes: the selector keeps stacks on them, the toleration lets them in.
+    if let Some(taint) = &policy.node_taint {
+        let toleration = toleration_of(taint);
+        let tolerations = spec.tolerations.get_or_insert_with(Vec::new);
+        tolerations.retain(|t| *t != toleration);
+        tolerations.push(toleration);
+    }
     // The operator's sandbox for every stack; the validator refused the manifest's own.
     spec.runtime_class_name = policy.runtime_class.clone();
+    let asked = spec.security_context.take().unwrap_or_default();
     spec.security_context = Some(PodSecurityContext {
         seccomp_profile: Some(runtime_default()),
-        ..Default::default()
+        ..asked
     });
     for container in spec
         .containers
         .iter_mut()
         .chain(spec.init_containers.iter_mut().flatten())
     {
-        container.security_context = Some(container_security_context());
+        let asked = container.security_context.take().unwrap_or_default();
+        container.security_context = Some(container_security_context(asked, policy.drop_capabilities));
+    }
+}
+
+/// The toleration every stack pod gets for the operator's `STACK_NODE_TAINT`: any value of
+/// the key when the taint has none, forever (no `tolerationSeconds`) under `NoExecute`.
+pub(super) fn toleration_of(taint: &NodeTaint) -> Toleration {
+    Toleration {
+        key: Some(taint.key.clone()),
+        operator: Some(if taint.value.is_some() { "Equal" } else { "Exists" }.into()),
+        value: taint.value.clone(),
+        effect: Some(taint.effect.clone()),
+        toleration_seconds: None,
     }
 }
 
@@ -68,15 +93,102 @@ fn runtime_default() -> SeccompProfile {
     }
 }
 
-fn container_security_context() -> SecurityContext {
+/// `asked` (validated: it only tightens) with the forced settings over it; the forced drops
+/// first, then the manifest's own that are not among them.
+fn container_security_context(asked: SecurityContext, profile: DropCapabilities) -> SecurityContext {
+    let Capabilities { add, drop: asked_drop } = asked.capabilities.clone().unwrap_or_default();
+    let mut drop: Vec<String> = profile.forced().iter().map(|c| (*c).to_owned()).collect();
+    for name in asked_drop.into_iter().flatten() {
+        if !drop.contains(&name) {
+            drop.push(name);
+        }
+    }
     SecurityContext {
         privileged: Some(false),
         allow_privilege_escalation: Some(false),
         seccomp_profile: Some(runtime_default()),
         capabilities: Some(Capabilities {
-            add: None,
-            drop: Some(DROPPED_CAPABILITIES.iter().map(|c| (*c).to_owned()).collect()),
+            add: add.filter(|names| !names.is_empty()),
+            drop: Some(drop),
         }),
-        ..Default::default()
+        ..asked
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn merged(asked: serde_json::Value, profile: DropCapabilities) -> serde_json::Value {
+        let asked: SecurityContext = serde_json::from_value(asked).expect("a SecurityContext");
+        serde_json::to_value(container_security_context(asked, profile)).expect("json")
+    }
+
+    #[test]
+    fn the_manifests_drops_add_to_the_forced_ones() {
+        let out = merged(
+            json!({"capabilities": {"drop": ["SYS_PTRACE", "NET_RAW", "ALL"]}}),
+            DropCapabilities::NetRaw,
+        );
+        assert_eq!(out["capabilities"], json!({"drop": ["NET_RAW", "SYS_PTRACE", "ALL"]}));
+        let out = merged(
+            json!({"capabilities": {"drop": ["CHOWN"], "add": ["SETUID"]}}),
+            DropCapabilities::All,
+        );
+        assert_eq!(
+            out["capabilities"],
+            json!({"drop": ["ALL", "NET_RAW", "CHOWN"], "add": ["SETUID"]})
+        );
+        let out = merged(json!({}), DropCapabilities::All);
+        assert_eq!(out["capabilities"], json!({"drop": ["ALL", "NET_RAW"]}));
+    }
+
+    #[test]
+    fn the_manifests_tightening_is_kept_and_the_forced_settings_win() {
+        let out = merged(
+            json!({
+                "runAsNonRoot": true, "runAsUser": 1000, "runAsGroup": 1000,
+                "readOnlyRootFilesystem": true, "procMount": "Default",
+                "appArmorProfile": {"type": "RuntimeDefault"},
+                "capabilities": {"add": []}
+            }),
+            DropCapabilities::NetRaw,
+        );
+        assert_eq!(
+            out,
+            json!({
+                "privileged": false,
+                "allowPrivilegeEscalation": false,
+                "seccompProfile": {"type": "RuntimeDefault"},
+                "capabilities": {"drop": ["NET_RAW"]},
+                "runAsNonRoot": true, "runAsUser": 1000, "runAsGroup": 1000,
+                "readOnlyRootFilesystem": true, "procMount": "Default",
+                "appArmorProfile": {"type": "RuntimeDefault"}
+            })
+        );
+    }
+
+    #[test]
+    fn a_taint_without_value_is_tolerated_with_exists() {
+        let with_value = NodeTaint {
+            key: "example.com/stacks".into(),
+            value: Some("ctf".into()),
+            effect: "NoExecute".into(),
+        };
+        assert_eq!(
+            serde_json::to_value(toleration_of(&with_value)).unwrap(),
+            json!({"key": "example.com/stacks", "operator": "Equal", "value": "ctf", "effect": "NoExecute"})
+        );
+        let bare = NodeTaint {
+            value: None,
+            effect: "NoSchedule".into(),
+            ..with_value
+        };
+        assert_eq!(
+            serde_json::to_value(toleration_of(&bare)).unwrap(),
+            json!({"key": "example.com/stacks", "operator": "Exists", "effect": "NoSchedule"})
+        );
     }
 }

@@ -4,7 +4,7 @@
 //! Steps, each in its own module: bounded YAML parsing (`bounded_yaml`, with `nesting` as its
 //! first pass), kubectl's YAML 1.1 reading of integer and boolean fields (`yaml11`), the Pod
 //! schema with unknown fields refused (`schema`), metadata, per-pod counts (`bounds`),
-//! pod-level, container and volume rules, Secret/ConfigMap references (`references`), target
+//! pod-level, container, security context (`security_context`) and volume rules, Secret/ConfigMap references (`references`), target
 //! ports, resource normalization and accounting (`resources`), then the forced settings
 //! (`harden`).
 //!
@@ -28,6 +28,7 @@ mod references;
 mod rejection;
 mod resources;
 mod schema;
+mod security_context;
 mod volumes;
 mod yaml11;
 

@@ -5,16 +5,17 @@
 //! Values the cluster itself would set (`kubectl get -o yaml` output) are accepted where they
 //! ask for nothing: an empty `securityContext`, `serviceAccountName: default`, `schedulerName:
 //! default-scheduler`, `priority: 0` with `preemptionPolicy: PreemptLowerPriority`, the
-//! not-ready/unreachable tolerations the apiserver adds, and `enableServiceLinks: true`
-//! (forced to false like `restartPolicy` to Never).
+//! not-ready/unreachable tolerations the apiserver adds, the toleration of the operator's
+//! `STACK_NODE_TAINT`, and `enableServiceLinks: true` (forced to false like `restartPolicy` to
+//! Never).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{
-    Affinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PodSecurityContext, PodSpec, Toleration,
+    Affinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PodSpec, Toleration,
 };
 
-use super::{Rejection, ValidationPolicy};
+use super::{Rejection, ValidationPolicy, security_context};
 
 /// Longest `terminationGracePeriodSeconds` accepted: a longer one would hold the pod (and its
 /// node port) long after the stack was deleted.
@@ -93,13 +94,6 @@ pub(super) fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rej
     let not_default = |value: &Option<String>, default: &str| value.as_deref().is_some_and(|v| v != default);
     let forbidden = [
         (
-            "securityContext",
-            security_context
-                .as_ref()
-                .is_some_and(|sc| *sc != PodSecurityContext::default()),
-            "it is set by the provisioner",
-        ),
-        (
             "serviceAccount",
             not_default(service_account, "default"),
             "stacks run without a service account",
@@ -166,6 +160,10 @@ pub(super) fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rej
     if let Some((field, _, why)) = forbidden.iter().find(|(_, set, _)| *set) {
         return Err(Rejection::forbidden_because(format!("spec.{field}"), why));
     }
+    // Only what hardens the pod; `harden` merges it with the forced settings.
+    if let Some(context) = security_context {
+        security_context::check_pod(context)?;
+    }
     if *automount_service_account_token == Some(true) {
         return Err(Rejection::forbidden_because(
             "spec.automountServiceAccountToken",
@@ -201,7 +199,12 @@ pub(super) fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rej
     if let Some(affinity) = affinity {
         check_affinity(affinity, &policy.node_role)?;
     }
+    let forced = policy.node_taint.as_ref().map(super::harden::toleration_of);
     for (index, toleration) in tolerations.iter().flatten().enumerate() {
+        // The one the provisioner adds (in the output of a previous validation) is replaced.
+        if forced.as_ref() == Some(toleration) {
+            continue;
+        }
         check_toleration(toleration, &format!("spec.tolerations[{index}]"))?;
     }
     Ok(())

@@ -1,6 +1,6 @@
 //! What the validator enforces, taken from the configuration once at start-up.
 
-use crate::config::{Config, ConfigError, PodLimits};
+use crate::config::{Config, ConfigError, DropCapabilities, NodeTaint, PodLimits};
 
 use super::quantity;
 
@@ -24,6 +24,12 @@ pub struct ValidationPolicy {
     pub image_allowlist: Vec<String>,
     /// `STACK_RUNTIME_CLASS`: forced as `runtimeClassName` (a manifest may not choose one).
     pub runtime_class: Option<String>,
+    /// `STACK_DROP_CAPABILITIES`: forced into every container's `capabilities.drop`.
+    pub drop_capabilities: DropCapabilities,
+    /// `STACK_ADD_BACK_CAPABILITIES`: the only capabilities `capabilities.add` may name.
+    pub add_back_capabilities: Vec<String>,
+    /// `STACK_NODE_TAINT`: tolerated by every stack pod.
+    pub node_taint: Option<NodeTaint>,
     /// `STACK_SHARED_CONFIGMAPS`: the only ConfigMaps a manifest may reference.
     pub shared_config_maps: Vec<String>,
     /// `STACK_SHARED_SECRETS`: the only Secrets a manifest may reference.
@@ -71,6 +77,9 @@ impl ValidationPolicy {
             ephemeral_storage_limit,
             image_allowlist: config.image_allowlist.clone(),
             runtime_class: config.runtime_class.clone(),
+            drop_capabilities: config.drop_capabilities,
+            add_back_capabilities: config.add_back_capabilities.clone(),
+            node_taint: config.node_taint.clone(),
             shared_config_maps: config.shared_config_maps.clone(),
             shared_secrets: config.shared_secrets.clone(),
             image_pull_secrets: config.image_pull_secrets.clone(),

@@ -1,11 +1,13 @@
 //! End-to-end tests of `validate` and the helpers they share: `rules` has one table row per
 //! rule (accepted and rejected, asserting the field path of every rejection), `output` the
-//! forced settings and resource accounting, `round_trip` what accepted output satisfies,
+//! forced settings and resource accounting, `hardening` what authors and the operator add to
+//! the forced settings, `round_trip` what accepted output satisfies,
 //! `fuzz` the property tests and `bench` the timings.
 
 mod bench;
 mod corpus;
 mod fuzz;
+mod hardening;
 mod output;
 mod principles;
 mod round_trip;
@@ -27,6 +29,9 @@ pub(super) fn policy() -> ValidationPolicy {
         ephemeral_storage_limit: 1 << 30,
         image_allowlist: Vec::new(),
         runtime_class: None,
+        drop_capabilities: crate::config::DropCapabilities::NetRaw,
+        add_back_capabilities: strings(crate::config::BASELINE_CAPABILITIES),
+        node_taint: None,
         shared_config_maps: strings(&["cfg", "c", "web-cfg", "scripts"]),
         shared_secrets: strings(&["flag", "s"]),
         image_pull_secrets: strings(&["pull"]),
@@ -134,22 +139,13 @@ pub(super) fn run(yaml: &str) -> Result<HardenedPod, Rejection> {
     validate(yaml, &[tcp(80)], &stack_id(), &policy())
 }
 
-/// Strips what `validate` forces and input may not carry (security contexts, our labels).
+/// Strips what `validate` adds and input may not carry: our labels. (The forced security
+/// contexts are acceptable input: they only tighten.)
 pub(super) fn without_forced_fields(pod: &Pod) -> String {
     let mut pod = pod.clone();
     if let Some(labels) = &mut pod.metadata.labels {
         labels.remove(MANAGED_BY_LABEL);
         labels.remove(STACK_ID_LABEL);
-    }
-    if let Some(spec) = &mut pod.spec {
-        spec.security_context = None;
-        for c in spec
-            .containers
-            .iter_mut()
-            .chain(spec.init_containers.iter_mut().flatten())
-        {
-            c.security_context = None;
-        }
     }
     serde_yaml::to_string(&pod).expect("yaml")
 }

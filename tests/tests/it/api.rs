@@ -831,7 +831,24 @@ async fn batch_delete_is_a_durable_job() {
         .call(Method::POST, "/stacks/batch-delete", Some(json!({"stack_ids": []})))
         .await;
     assert_eq!((none.status, none.json), (400, json!({"error": "invalid input"})));
-    let body = json!({"stack_ids": [format!(" {} ", ids[0]), ids[1], ids[1], "stack-0123456789abcdef"]});
+    // Too long for one job: a clear 400, no longer a 500 from DynamoDB's item limit.
+    let many: Vec<String> = (0..=stack_core::stacks::MAX_BATCH_IDS)
+        .map(|i| format!("stack-{i:016x}"))
+        .collect();
+    let too_many = api
+        .call(Method::POST, "/stacks/batch-delete", Some(json!({"stack_ids": many})))
+        .await;
+    assert_eq!(too_many.status, 400, "{}", too_many.json);
+    assert!(
+        too_many.json["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("too many stack_ids: 10001")),
+        "{}",
+        too_many.json
+    );
+    // An id that is not a stack id names no stack: counted as not found.
+    let body =
+        json!({"stack_ids": [format!(" {} ", ids[0]), ids[1], ids[1], "stack-0123456789abcdef", "not-a-stack-id"]});
     let accepted = api.call(Method::POST, "/stacks/batch-delete", Some(body)).await;
     assert_eq!(accepted.status, 202, "{}", accepted.json);
     let job_id = accepted.json["job_id"].as_str().unwrap().to_owned();
@@ -855,7 +872,7 @@ async fn batch_delete_is_a_durable_job() {
             job["not_found"].as_u64(),
             job["failed"].as_u64()
         ),
-        (Some(3), Some(2), Some(1), Some(0))
+        (Some(4), Some(2), Some(2), Some(0))
     );
     assert!(job.get("errors").is_none(), "{job}");
     let left: HashSet<String> = api

@@ -156,6 +156,65 @@ async fn the_runtime_applies_the_forced_hardening_seen_from_inside() {
 }
 
 #[tokio::test]
+async fn an_authors_tightening_is_applied_seen_from_inside() {
+    let api = on_real_nodes("hostport", (32708, 32709), &[]).await;
+    // The tcp image runs as root with a writable root filesystem unless its manifest says not.
+    let challenge = Challenge::local(api.registry(), "tcp")
+        .with_security_context("{runAsUser: 1000, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}");
+    let (id, address) = create_running(&api, &challenge, json!(8080)).await;
+
+    let said = banner(address).await;
+    assert!(
+        said.lines().next().unwrap_or_default().ends_with("as uid 1000"),
+        "runAsUser: {said}"
+    );
+    assert_eq!(
+        status_field(&said, "rootfs"),
+        Some("ro"),
+        "readOnlyRootFilesystem: {said}"
+    );
+    // The bounding set: a non-root process has no effective capabilities whatever is dropped.
+    assert_eq!(
+        status_field(&said, "CapBnd"),
+        Some("0000000000000000"),
+        "drop ALL: {said}"
+    );
+    // The forced settings hold beside the author's.
+    assert_eq!(status_field(&said, "Seccomp"), Some("2"), "{said}");
+    assert_eq!(status_field(&said, "NoNewPrivs"), Some("1"), "{said}");
+    assert!(said.contains(&challenge.flag), "{said}");
+
+    delete(&api, &id).await;
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn a_root_image_under_run_as_non_root_ends_failed_with_the_kubelets_reason() {
+    let api = on_real_nodes("hostport", (32710, 32711), &[]).await;
+    // The tcp image's user is root: the kubelet refuses to start it under runAsNonRoot.
+    let challenge = Challenge::local(api.registry(), "tcp").with_security_context("{runAsNonRoot: true}");
+    let created = api.create(&challenge.manifest(), json!(8080)).await;
+    assert_eq!(
+        created.status, 201,
+        "accepted: the image's user is the kubelet's to judge: {}",
+        created.json
+    );
+    let id = stack_id(&created);
+    let (status, _) = poll_status(&api, &id, START_BOUND).await;
+    assert_eq!(status.json["status"], "failed", "{}", status.json);
+    assert_eq!(status.json["reason"], "container_config_error", "{}", status.json);
+    assert!(
+        status.json["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("runAsNonRoot")),
+        "the kubelet's message: {}",
+        status.json
+    );
+    delete(&api, &id).await;
+    api.finish().await;
+}
+
+#[tokio::test]
 async fn a_challenge_that_listens_late_answers_its_first_request_once_running() {
     let api = on_real_nodes("hostport", (32752, 32755), &[]).await;
     // It sleeps 3 s before listening and declares a readiness probe.

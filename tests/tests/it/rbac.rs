@@ -104,7 +104,7 @@ impl Granted {
     async fn api(&self, overrides: &[(&str, &str)]) -> ApiHarness {
         let mut vars = vec![
             ("STACK_NAMESPACE", self.namespace.as_str()),
-            ("STACK_REQUIRE_INGRESS_NETWORK_POLICY", "true"),
+            ("STACK_REQUIRE_ISOLATION", "true"),
         ];
         vars.extend_from_slice(overrides);
         let env = TestEnv::connect().await.expect("local environment");

@@ -20,7 +20,7 @@ use crate::state::AppState;
     request_body = crate::openapi::BatchDeleteRequest,
     responses(
         (status = 202, description = "Success", body = crate::openapi::JobAccepted),
-        (status = 400, description = "No ids, a blank id or a bad body", body = crate::openapi::ErrorBody),
+        (status = 400, description = "No ids, a blank id, more than 10,000 ids or a bad body", body = crate::openapi::ErrorBody),
         (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
         (status = 413, description = "Body over 1 MiB", body = crate::openapi::ErrorBody),
         (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),

@@ -211,6 +211,38 @@ fn plausible_edit() -> impl Strategy<Value = (&'static str, Value)> {
                     {"nodeSelectorTerms": [{"matchExpressions": [expression]}]}}}),
                 )
             }),
+        // Security contexts, tightening or not, at both levels.
+        (
+            prop::sample::select(vec![
+                "runAsNonRoot",
+                "runAsUser",
+                "readOnlyRootFilesystem",
+                "allowPrivilegeEscalation",
+                "privileged",
+                "capabilities",
+                "seccompProfile",
+            ]),
+            prop::sample::select(vec![
+                json!(true),
+                json!(false),
+                json!(0),
+                json!(1000),
+                json!({"drop": ["ALL"], "add": ["CHOWN"]}),
+                json!({"add": ["NET_RAW", "SYS_ADMIN"]}),
+                json!({"drop": ["SYS_PTRACE"]}),
+                json!({"type": "RuntimeDefault"}),
+                json!({"type": "Unconfined"}),
+            ]),
+            any::<bool>(),
+        )
+            .prop_map(|(field, value, pod_level)| {
+                let pointer = if pod_level {
+                    "/spec/securityContext"
+                } else {
+                    "/spec/containers/0/securityContext"
+                };
+                (pointer, json!({field: value}))
+            }),
         (0usize..12).prop_map(|n| (
             "/spec/initContainers",
             Value::Array(
@@ -232,11 +264,23 @@ fn assert_hardened(hardened: &HardenedPod) {
     let spec = hardened.pod.spec.as_ref().expect("spec");
     assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
     assert_eq!(spec.automount_service_account_token, Some(false));
-    assert!(
-        spec.containers
-            .iter()
-            .all(|c| c.security_context.as_ref().and_then(|s| s.privileged) == Some(false))
-    );
+    let runtime_default = |p: Option<&k8s_openapi::api::core::v1::SeccompProfile>| {
+        p.is_some_and(|p| p.type_ == "RuntimeDefault" && p.localhost_profile.is_none())
+    };
+    let pod_context = spec.security_context.as_ref().expect("pod securityContext");
+    assert!(runtime_default(pod_context.seccomp_profile.as_ref()));
+    assert!(pod_context.run_as_user != Some(0) && pod_context.run_as_non_root != Some(false));
+    for c in spec.containers.iter().chain(spec.init_containers.iter().flatten()) {
+        let context = c.security_context.as_ref().expect("container securityContext");
+        assert_eq!(context.privileged, Some(false));
+        assert_eq!(context.allow_privilege_escalation, Some(false));
+        assert!(runtime_default(context.seccomp_profile.as_ref()));
+        assert!(context.run_as_user != Some(0) && context.run_as_non_root != Some(false));
+        let caps = context.capabilities.as_ref().expect("capabilities");
+        assert!(caps.drop.iter().flatten().any(|d| d == "NET_RAW"));
+        let add_back = &policy().add_back_capabilities;
+        assert!(caps.add.iter().flatten().all(|a| add_back.contains(a)));
+    }
     assert!(hardened.requested_cpu_milli > 0 && hardened.requested_memory_bytes > 0);
     assert_within_issue_10_rules(hardened);
     let reparsed: k8s_openapi::api::core::v1::Pod = serde_yaml::from_str(&hardened.yaml).expect("output parses");

@@ -84,7 +84,14 @@ fn every_rejected_rule_names_its_field() {
         (vec![("/spec/hostUsers", json!(true))], "spec.hostUsers"),
         (
             vec![("/spec/securityContext", json!({"runAsUser": 0}))],
-            "spec.securityContext",
+            "spec.securityContext.runAsUser",
+        ),
+        (
+            vec![(
+                "/spec/securityContext",
+                json!({"sysctls": [{"name": "kernel.shm_rmid_forced", "value": "1"}]}),
+            )],
+            "spec.securityContext.sysctls",
         ),
         (
             vec![("/spec/serviceAccountName", json!("robot"))],
@@ -196,15 +203,22 @@ fn every_rejected_rule_names_its_field() {
         (vec![("/spec/containers", json!([]))], "spec.containers"),
         (
             vec![("/spec/containers/0/securityContext", json!({"privileged": true}))],
-            "spec.containers[0].securityContext",
+            "spec.containers[0].securityContext.privileged",
         ),
         (
             vec![("/spec/containers/0/securityContext", json!({"runAsNonRoot": false}))],
-            "spec.containers[0].securityContext",
+            "spec.containers[0].securityContext.runAsNonRoot",
         ),
         (
             vec![with_init("securityContext", json!({"runAsUser": 0}))],
-            "spec.initContainers[0].securityContext",
+            "spec.initContainers[0].securityContext.runAsUser",
+        ),
+        (
+            vec![with_init(
+                "securityContext",
+                json!({"capabilities": {"add": ["SYS_ADMIN"]}}),
+            )],
+            "spec.initContainers[0].securityContext.capabilities.add[0]",
         ),
         (vec![("/spec/containers/0/name", json!(""))], "spec.containers[0].name"),
         (
