@@ -97,6 +97,8 @@ pub struct Config {
     /// `STACK_RUNTIME_CLASS`: the RuntimeClass every stack pod runs under (a sandboxed runtime
     /// such as gVisor's `runsc`); none: the nodes' default runtime.
     pub runtime_class: Option<String>,
+    /// `STACK_ISOLATION_CHECK_IMAGE`: see `validate/isolation_check.rs`.
+    pub isolation_check_image: Option<String>,
     /// `STACK_DROP_CAPABILITIES`: what every container loses (`NET_RAW`, or all).
     pub drop_capabilities: DropCapabilities,
     /// `STACK_ADD_BACK_CAPABILITIES`: what a manifest may list in `capabilities.add`.
@@ -275,6 +277,7 @@ impl Config {
                 .map(|v| split_list(&v))
                 .unwrap_or_default(),
             runtime_class: env.string("STACK_RUNTIME_CLASS"),
+            isolation_check_image: env.string("STACK_ISOLATION_CHECK_IMAGE"),
             drop_capabilities: env.parse(
                 "STACK_DROP_CAPABILITIES",
                 DropCapabilities::default(),

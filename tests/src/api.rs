@@ -51,6 +51,8 @@ pub struct ApiHarness {
     pub calls: CallsByKind,
     /// The hanging apiserver the stack operations talk to, if the harness has one.
     _black_hole: Option<BlackHole>,
+    /// The real nodes' share this harness holds, if its stacks run there.
+    _nodes: Option<crate::env::real_nodes::NodesGuard>,
 }
 
 /// A response as the client sees it.
@@ -80,6 +82,18 @@ impl ApiHarness {
     /// images of the environment's registry, which the configuration lets through as an
     /// operator lets a private registry through (`STACK_IMAGE_ALLOWLIST`); `overrides` win.
     pub async fn on_real_nodes(overrides: &[(&str, &str)]) -> Self {
+        let guard = crate::env::real_nodes::NodesGuard::shared().await;
+        Self::on_real_nodes_holding(guard, overrides).await
+    }
+
+    /// [`on_real_nodes`](Self::on_real_nodes) for a test that disturbs every real node: it
+    /// runs while no other real-node harness does.
+    pub async fn on_real_nodes_alone(overrides: &[(&str, &str)]) -> Self {
+        let guard = crate::env::real_nodes::NodesGuard::alone().await;
+        Self::on_real_nodes_holding(guard, overrides).await
+    }
+
+    async fn on_real_nodes_holding(guard: crate::env::real_nodes::NodesGuard, overrides: &[(&str, &str)]) -> Self {
         let env = TestEnv::connect().await.expect("local environment (run tests/env/up)");
         let registry = env
             .settings
@@ -92,15 +106,19 @@ impl ApiHarness {
         );
         let allowlist = format!("{registry}/");
         let participants = crate::env::real_nodes::participant_cidr(&registry);
+        let check = crate::env::real_nodes::isolation_check_image(&registry);
         let mut vars = vec![
             ("STACK_NODE_ROLE", crate::env::real_nodes::STACK_ROLE),
             ("STACK_IMAGE_ALLOWLIST", allowlist.as_str()),
             ("STACK_ALLOW_INGRESS_CIDRS", participants.as_str()),
+            ("STACK_ISOLATION_CHECK_IMAGE", check.as_str()),
             ("STACK_PROXY_SYNC", "1s"),
         ];
         vars.extend_from_slice(overrides);
         let kube = kube_config(&env).await;
-        Self::build(env, kube, &vars, None).await
+        let mut harness = Self::build(env, kube, &vars, None).await;
+        harness._nodes = Some(guard);
+        harness
     }
 
     /// The registry the real nodes pull from.
@@ -163,6 +181,7 @@ impl ApiHarness {
             calls,
             env,
             _black_hole: black_hole,
+            _nodes: None,
         }
     }
 

@@ -116,12 +116,14 @@ async fn run(env: &TestEnv, options: &Options, registry: &str, fixture: &mut Ben
     let slots = (2 * most).to_string();
     let allowlist = format!("{registry}/");
     let participants = real_nodes::participant_cidr(registry);
+    let check = real_nodes::isolation_check_image(registry);
     let deadline = format!("{}s", START_DEADLINE.as_secs());
     let settings = [
         ("STACK_EXPOSURE", options.exposure.as_str()),
         ("STACK_NODE_ROLE", real_nodes::STACK_ROLE),
         ("STACK_IMAGE_ALLOWLIST", allowlist.as_str()),
         ("STACK_ALLOW_INGRESS_CIDRS", participants.as_str()),
+        ("STACK_ISOLATION_CHECK_IMAGE", check.as_str()),
         ("STACK_CREATE_CONCURRENCY", slots.as_str()),
         ("STACK_START_TIMEOUT", deadline.as_str()),
         ("STACK_PROXY_SYNC", options.proxy_sync.as_str()),

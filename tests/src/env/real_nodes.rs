@@ -48,6 +48,33 @@ pub fn participant_cidr(registry: &str) -> String {
     format!("{host}/32")
 }
 
+/// The real nodes' share of this test process: every harness on them holds a shared guard; a
+/// test that disturbs them all (stops their NetworkPolicy enforcer) holds them alone, after the
+/// others finish and before any other starts.
+#[derive(Debug)]
+pub enum NodesGuard {
+    Shared(tokio::sync::RwLockReadGuard<'static, ()>),
+    Alone(tokio::sync::RwLockWriteGuard<'static, ()>),
+}
+
+static NODES: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+impl NodesGuard {
+    pub async fn shared() -> Self {
+        NodesGuard::Shared(NODES.read().await)
+    }
+
+    pub async fn alone() -> Self {
+        NodesGuard::Alone(NODES.write().await)
+    }
+}
+
+/// The image of the stacks' isolation check here: the `tcp` image, whose busybox has `sh` and
+/// `nc`, as an operator's `STACK_ISOLATION_CHECK_IMAGE` would.
+pub fn isolation_check_image(registry: &str) -> String {
+    image(registry, "tcp")
+}
+
 /// Initializes the real nodes 1..=`count` as a cloud controller would, waits until each is
 /// Ready, and runs a pod on each (the sandbox and the TCP challenge image pulled, the pod
 /// network up), so that `up` returns with nodes that really run stacks.

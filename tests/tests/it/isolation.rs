@@ -104,7 +104,9 @@ async fn dns_stand_in(api: &ApiHarness, targets: &str) -> (Api<Pod>, String, Str
         },
     }))
     .expect("dns pod");
-    pods.create(&PostParams::default(), &pod).await.expect("create the DNS stand-in");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("create the DNS stand-in");
     let ip = pod_ip(&pods, &name).await;
     (pods, name, ip)
 }
@@ -113,8 +115,8 @@ async fn dns_stand_in(api: &ApiHarness, targets: &str) -> (Api<Pod>, String, Str
 async fn a_stack_reaches_dns_and_the_internet_and_nothing_private_and_no_stack_reaches_it() {
     let api = ApiHarness::on_real_nodes(&[
         ("STACK_EXPOSURE", "hostport"),
-        ("STACK_NODEPORT_MIN", "32700"),
-        ("STACK_NODEPORT_MAX", "32703"),
+        ("STACK_NODEPORT_MIN", "32720"),
+        ("STACK_NODEPORT_MAX", "32723"),
     ])
     .await;
     let settings = &api.env.settings;
@@ -126,7 +128,11 @@ async fn a_stack_reaches_dns_and_the_internet_and_nothing_private_and_no_stack_r
     let apiserver = {
         let config = stack_tests::api::kube_config(&api.env).await;
         let uri = config.cluster_url;
-        format!("{}:{}", uri.host().expect("apiserver host"), uri.port_u16().expect("apiserver port"))
+        format!(
+            "{}:{}",
+            uri.host().expect("apiserver host"),
+            uri.port_u16().expect("apiserver port")
+        )
     };
 
     // Another team's stack: its challenge port on its pod address is what a scan would find.
@@ -139,11 +145,19 @@ async fn a_stack_reaches_dns_and_the_internet_and_nothing_private_and_no_stack_r
     let neighbour_ip = pod_ip(&stack_pods, &neighbour_id).await;
     let neighbour_pod = format!("{neighbour_ip}:8080");
     // It listens there: this machine (let in as an on-site network would be) reads it.
-    let direct = read_all(neighbour_pod.parse().expect("addr")).await.expect("the neighbour's pod port");
+    let direct = read_all(neighbour_pod.parse().expect("addr"))
+        .await
+        .expect("the neighbour's pod port");
     assert!(direct.contains(&neighbour.flag), "{direct}");
 
     let metadata = "169.254.169.254:80".to_owned();
-    let controls = [metadata.clone(), apiserver.clone(), vpc.to_string(), internet.to_string()].join(" ");
+    let controls = [
+        metadata.clone(),
+        apiserver.clone(),
+        vpc.to_string(),
+        internet.to_string(),
+    ]
+    .join(" ");
     let (dns_pods, dns_name, dns_ip) = dns_stand_in(&api, &controls).await;
     let (dns, dns_other_port) = (format!("{dns_ip}:53"), format!("{dns_ip}:8053"));
 
@@ -153,7 +167,11 @@ async fn a_stack_reaches_dns_and_the_internet_and_nothing_private_and_no_stack_r
         .expect("the control pod");
     let seen = probes(&control);
     for target in [&metadata, &apiserver, &vpc.to_string(), &internet.to_string()] {
-        assert_eq!(seen.get(target).map(String::as_str), Some("open"), "control {target}: {control}");
+        assert_eq!(
+            seen.get(target).map(String::as_str),
+            Some("open"),
+            "control {target}: {control}"
+        );
     }
 
     // A participant's shell in a stack.
@@ -173,10 +191,14 @@ async fn a_stack_reaches_dns_and_the_internet_and_nothing_private_and_no_stack_r
     let shell_id = created.json["stack_id"].as_str().expect("id").to_owned();
     let address = wait_running(&api, &shell_id).await;
     // Its own port still answers a participant from outside.
-    let first = read_all_within(address, PROBES_BOUND).await.expect("the stack's own port");
+    let first = read_all_within(address, PROBES_BOUND)
+        .await
+        .expect("the stack's own port");
     eprintln!("FIRST READ:\n{first}");
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let said = read_all_within(address, PROBES_BOUND).await.expect("the stack's own port");
+    let said = read_all_within(address, PROBES_BOUND)
+        .await
+        .expect("the stack's own port");
     assert!(said.contains(&shell.flag), "{said}");
     let seen = probes(&said);
     let expected = [
@@ -200,5 +222,53 @@ async fn a_stack_reaches_dns_and_the_internet_and_nothing_private_and_no_stack_r
     for id in [shell_id, neighbour_id] {
         api.call(Method::DELETE, &format!("/stacks/{id}"), None).await;
     }
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn without_an_enforcer_a_stack_fails_isolation_not_enforced_instead_of_running_open() {
+    use stack_tests::env::processes::Component;
+    let api = ApiHarness::on_real_nodes_alone(&[
+        ("STACK_EXPOSURE", "hostport"),
+        ("STACK_NODEPORT_MIN", "32724"),
+        ("STACK_NODEPORT_MAX", "32725"),
+    ])
+    .await;
+    let settings = api.env.settings.clone();
+    // The enforcer of every node stops: a new pod gets no rules.
+    let paused: Vec<_> = (1..=settings.real_nodes)
+        .map(|i| {
+            Component::find(&settings, &format!("{}-kube-router", real_nodes::node_name(i)))
+                .expect("the node's enforcer")
+                .pause()
+                .expect("pause it")
+        })
+        .collect();
+    let challenge = Challenge::local(api.registry(), "tcp");
+    let created = api.create(&challenge.manifest(), json!(8080)).await;
+    assert_eq!(created.status, 201, "{}", created.json);
+    let id = created.json["stack_id"].as_str().expect("id").to_owned();
+    let started = std::time::Instant::now();
+    let failed = loop {
+        let reply = api.call(Method::GET, &format!("/stacks/{id}/status"), None).await;
+        assert_ne!(reply.json["status"], "running", "ran with its isolation unenforced: {}", reply.json);
+        if reply.json["status"] == "failed" {
+            break reply.json;
+        }
+        assert!(started.elapsed() < START_BOUND, "{}", reply.json);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    drop(paused);
+    assert_eq!(failed["reason"], "isolation_not_enforced", "{failed}");
+    let message = failed["message"].as_str().unwrap_or_default();
+    assert!(message.contains("isolation not enforced"), "{message}");
+
+    // Enforced again, stacks run again.
+    let created = api.create(&challenge.manifest(), json!(8080)).await;
+    assert_eq!(created.status, 201, "{}", created.json);
+    let id = created.json["stack_id"].as_str().expect("id").to_owned();
+    let address = wait_running(&api, &id).await;
+    let said = read_all(address).await.expect("the stack answers");
+    assert!(said.contains(&challenge.flag), "{said}");
     api.finish().await;
 }
