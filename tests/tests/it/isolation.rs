@@ -251,7 +251,11 @@ async fn without_an_enforcer_a_stack_fails_isolation_not_enforced_instead_of_run
     let started = std::time::Instant::now();
     let failed = loop {
         let reply = api.call(Method::GET, &format!("/stacks/{id}/status"), None).await;
-        assert_ne!(reply.json["status"], "running", "ran with its isolation unenforced: {}", reply.json);
+        assert_ne!(
+            reply.json["status"], "running",
+            "ran with its isolation unenforced: {}",
+            reply.json
+        );
         if reply.json["status"] == "failed" {
             break reply.json;
         }
