@@ -86,8 +86,10 @@ pub struct Config {
     pub create_concurrency: usize,
     /// How long a create waits for a slot before it is refused with 503.
     pub create_queue_wait: Duration,
-    pub require_ingress_network_policy: bool,
-    pub deny_egress_cidrs: Vec<String>,
+    /// What stacks may reach and what may reach them (`cluster/isolation.rs`).
+    pub isolation: Isolation,
+    /// Creates answer 503 while another NetworkPolicy widens the isolation.
+    pub require_isolation: bool,
     pub max_cpu_milli: Option<i64>,
     pub max_memory_bytes: Option<i64>,
     pub ephemeral_storage_limit: String,
@@ -95,6 +97,8 @@ pub struct Config {
     /// `STACK_RUNTIME_CLASS`: the RuntimeClass every stack pod runs under (a sandboxed runtime
     /// such as gVisor's `runsc`); none: the nodes' default runtime.
     pub runtime_class: Option<String>,
+    /// `STACK_ISOLATION_CHECK_IMAGE`: see `validate/isolation_check.rs`.
+    pub isolation_check_image: Option<String>,
     /// `STACK_DROP_CAPABILITIES`: what every container loses (`NET_RAW`, or all).
     pub drop_capabilities: DropCapabilities,
     /// `STACK_ADD_BACK_CAPABILITIES`: what a manifest may list in `capabilities.add`.
@@ -129,6 +133,29 @@ pub struct Config {
     pub reconcile_concurrency: usize,
     /// Label of the platform's manifests the dashboard groups stacks by (one per challenge).
     pub challenge_label: String,
+}
+
+/// What stacks may reach and what may reach them, the operator's choices
+/// (`STACK_EGRESS_INTERNET`, `STACK_DENY_EGRESS_CIDRS`, `STACK_ALLOW_INGRESS_CIDRS`); the
+/// policy built from it: `cluster/isolation.rs`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Isolation {
+    /// Stacks may open connections to public addresses (challenges that fetch something).
+    pub internet_egress: bool,
+    /// Public CIDRs stacks may not reach either.
+    pub deny_egress_cidrs: Vec<String>,
+    /// Private CIDRs that may reach stacks besides the internet: an on-site network, a VPN.
+    pub allow_ingress_cidrs: Vec<String>,
+}
+
+impl Default for Isolation {
+    fn default() -> Self {
+        Self {
+            internet_egress: true,
+            deny_egress_cidrs: Vec::new(),
+            allow_ingress_cidrs: Vec::new(),
+        }
+    }
 }
 
 /// Label keys accepted by default: any (reserved domains stay refused by the validator). Labels
@@ -234,8 +261,12 @@ impl Config {
             // queueing answered 84-92 creates, the slowest at 2.6 s; 1 s answered 55-65 (slowest
             // 1.5 s); 64 slots answered 101 but the slowest at 3.1 s, too near the 4 s deadline.
             create_queue_wait: env.parse("STACK_CREATE_QUEUE_WAIT", MAX_CREATE_QUEUE_WAIT, parse_duration),
-            require_ingress_network_policy: env.parse("STACK_REQUIRE_INGRESS_NETWORK_POLICY", true, parse_bool),
-            deny_egress_cidrs: env.parse("STACK_DENY_EGRESS_CIDRS", Vec::new(), parse_cidrs),
+            isolation: Isolation {
+                internet_egress: env.parse("STACK_EGRESS_INTERNET", true, parse_bool),
+                deny_egress_cidrs: env.parse("STACK_DENY_EGRESS_CIDRS", Vec::new(), parse_cidrs),
+                allow_ingress_cidrs: env.parse("STACK_ALLOW_INGRESS_CIDRS", Vec::new(), parse_cidrs),
+            },
+            require_isolation: env.parse("STACK_REQUIRE_ISOLATION", true, parse_bool),
             max_cpu_milli: env.parse_opt("STACK_MAX_CPU_MILLI", parse_positive),
             max_memory_bytes: env.parse_opt("STACK_MAX_MEMORY_BYTES", parse_positive),
             ephemeral_storage_limit: env
@@ -246,6 +277,7 @@ impl Config {
                 .map(|v| split_list(&v))
                 .unwrap_or_default(),
             runtime_class: env.string("STACK_RUNTIME_CLASS"),
+            isolation_check_image: env.string("STACK_ISOLATION_CHECK_IMAGE"),
             drop_capabilities: env.parse(
                 "STACK_DROP_CAPABILITIES",
                 DropCapabilities::default(),
@@ -542,7 +574,8 @@ mod tests {
         assert_eq!(c.exposure, Exposure::NodePort);
         assert_eq!(c.node_role, "stack");
         assert_eq!(c.scheduling_timeout, Duration::from_secs(20));
-        assert!(c.require_ingress_network_policy);
+        assert!(c.require_isolation);
+        assert_eq!(c.isolation, Isolation::default());
         assert!(c.consistent_read);
         assert_eq!(c.api_key.as_deref(), Some("k"));
         assert_eq!(c.listen_addr.to_string(), "127.0.0.1:8081");

@@ -12,6 +12,9 @@ pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY_VALUE: &str = "stack-provisioner";
 /// Label naming the stack an object belongs to; the Service selects its pod by it.
 pub const STACK_ID_LABEL: &str = "stack-provisioner/stack-id";
+/// The init container that holds a stack back until its isolation is enforced
+/// (`STACK_ISOLATION_CHECK_IMAGE`, `validate/isolation_check.rs`).
+pub const ISOLATION_CHECK_CONTAINER: &str = "stack-isolation-check";
 /// Prefix of our own label/annotation keys; input manifests may not use it.
 pub const OWN_LABEL_PREFIX: &str = "stack-provisioner/";
 /// Annotation of a hostport stack's pod listing its host ports (`31001,31002`), so that port
@@ -252,6 +255,9 @@ pub enum FailureReason {
     ContainerStartError,
     /// A container terminated; with `restartPolicy: Never` it does not come back (definite).
     ContainerExited,
+    /// The isolation check found the pod's network open to its node: nothing enforces the
+    /// stacks' NetworkPolicy (definite).
+    IsolationNotEnforced,
     /// The kubelet evicted the pod (node pressure or the pod's own storage limit; definite).
     Evicted,
     /// The pod failed for a reason none of the above names (definite).
@@ -270,6 +276,7 @@ impl FailureReason {
             FailureReason::ContainerConfigError => "container_config_error",
             FailureReason::ContainerStartError => "container_start_error",
             FailureReason::ContainerExited => "container_exited",
+            FailureReason::IsolationNotEnforced => "isolation_not_enforced",
             FailureReason::Evicted => "evicted",
             FailureReason::PodFailed => "pod_failed",
             FailureReason::StartTimeout => "start_timeout",
@@ -516,6 +523,7 @@ mod tests {
             (FailureReason::ContainerConfigError, "container_config_error"),
             (FailureReason::ContainerStartError, "container_start_error"),
             (FailureReason::ContainerExited, "container_exited"),
+            (FailureReason::IsolationNotEnforced, "isolation_not_enforced"),
             (FailureReason::Evicted, "evicted"),
             (FailureReason::PodFailed, "pod_failed"),
             (FailureReason::StartTimeout, "start_timeout"),

@@ -188,7 +188,14 @@ export STACK_ENV_EKS_TIER='${EKS_TIER:-unknown}'
 # private registry through.
 export STACK_ENV_REGISTRY='$HOST_IP:$REGISTRY_PORT'
 export STACK_IMAGE_ALLOWLIST='$HOST_IP:$REGISTRY_PORT/'
+# Participants connect from this machine, a private address the stacks' isolation lets in only
+# when told (as an operator tells it an on-site network).
+export STACK_ALLOW_INGRESS_CIDRS='$HOST_IP/32'
+# Every stack waits until its isolation is enforced (the tcp image has busybox's sh and nc).
+export STACK_ISOLATION_CHECK_IMAGE='$HOST_IP:$REGISTRY_PORT/stack-env/tcp:1'
 export STACK_ENV_REAL_NODES='${REAL_NODES:-0}'
+# A public address on this machine that the real nodes' stacks reach as they would the internet.
+export STACK_ENV_INTERNET_HOST='$( ((${REAL_NODES:-0} > 0)) && internet_host)'
 EOF
     mv "$tmp" "$ENV_FILE"
 }

@@ -7,6 +7,7 @@
 #   10.(80+N).0.1          the host end of the nodes' bridge (apiserver, registry listen here)
 #   10.(80+N).0.(10+i)     node i: its InternalIP and ExternalIP, what participants connect to
 #   10.(80+N).i.0/24       the pod subnet of node i
+#   198.51.100.(1+N)       also on the host end: a public address, the internet as stacks see it
 # None of them can collide with the machine's own 192.0.2.0/24 or the kwok nodes' documentation
 # addresses (192.0.2.x, 203.0.113.x), and nothing leaves the machine.
 #
@@ -29,6 +30,9 @@ node_name() { echo "stack-node-$1"; }
 node_ip() { echo "$NET_PREFIX.0.$((10 + $1))"; }
 node_pod_cidr() { echo "$NET_PREFIX.$1.0/24"; }
 bridge_name() { echo "stk${SLOT}br"; }
+# A documentation address (TEST-NET-2, never routed) standing for the internet: stacks may reach
+# it, unlike every private address.
+internet_host() { echo "198.51.100.$((1 + SLOT))"; }
 
 # The real nodes this environment runs (STACK_ENV_REAL_NODES at up, 2 by default; 0 runs the
 # control plane and kwok only).
@@ -38,7 +42,7 @@ node_components() {
     local i name
     for ((i = 1; i <= $(real_node_count); i++)); do
         name="$(node_name "$i")"
-        echo "$name-containerd" "$name-kubelet" "$name-kube-proxy" "$name-metadata"
+        echo "$name-containerd" "$name-kubelet" "$name-kube-proxy" "$name-kube-router" "$name-metadata"
     done
 }
 
@@ -92,6 +96,7 @@ net_up() {
     br="$(bridge_name)"
     ip link add "$br" type bridge
     ip addr add "$HOST_IP/24" dev "$br"
+    ip addr add "$(internet_host)/32" dev "$br"
     ip link set "$br" up
     for ((i = 1; i <= $(real_node_count); i++)); do
         ns="$(node_netns "$(node_name "$i")")"
@@ -301,6 +306,7 @@ TOML
 JSON
     write_kubeconfig "$root/kubelet.kubeconfig" "$name"
     write_kubeconfig "$root/kube-proxy.kubeconfig" kube-proxy
+    write_kubeconfig "$root/kube-router.kubeconfig" kube-router
     # Only the apiserver (its client certificate from the local CA) may call the kubelet: the
     # node's port is reachable from pods. The cloud provider is "external": the environment
     # plays EKS's cloud controller and gives the node its ExternalIP (stack-env init-nodes).
@@ -385,13 +391,33 @@ start_node() {
         --node-labels="role=stack,stack-env/node=real" --v=1
 }
 
+# start_node_enforcer <i>: NetworkPolicies enforced on node i as EKS's VPC CNI agent does when
+# switched on, by kube-router's firewall alone in the node's iptables. It needs its Node object,
+# so it starts once the node is registered; up waits for its chains before any stack runs.
+start_node_enforcer() {
+    local i="$1" name ns root
+    name="$(node_name "$i")"
+    ns="$(node_netns "$name")"
+    root="$(node_root "$name")"
+    # Pods on one node's bridge reach each other through the firewall only when bridged
+    # traffic passes iptables.
+    ip netns exec "$ns" sysctl -q -w net.bridge.bridge-nf-call-iptables=1
+    start_in_netns "$name-kube-router" "$ns" "$BIN_DIR/kube-router" \
+        --run-firewall=true --run-router=false --run-service-proxy=false --run-loadbalancer=false \
+        --kubeconfig="$root/kube-router.kubeconfig" --hostname-override="$name" \
+        --service-cluster-ip-range=10.96.0.0/16 --service-node-port-range=30000-32767 \
+        --health-port=0 --metrics-port=0 --v=1
+    wait_until "$name-kube-router" 60 "kube-router's firewall chains" \
+        sh -c "ip netns exec '$ns' iptables -S KUBE-ROUTER-FORWARD >/dev/null 2>&1"
+}
+
 # stop_node <i>: the kubelet and kube-proxy, every container (by cgroup), containerd and its
 # shims, then every mount, cgroup and file the node left.
 stop_node() {
     local i="$1" name root pid
     name="$(node_name "$i")"
     root="$(node_root "$name")"
-    stop_components 10 "$name-kubelet" "$name-kube-proxy" "$name-metadata"
+    stop_components 10 "$name-kubelet" "$name-kube-proxy" "$name-kube-router" "$name-metadata"
     remove_node_cgroups "$name"
     stop_components 10 "$name-containerd"
     # Shims outlive containerd (they are their own session); each names our socket.

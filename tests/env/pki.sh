@@ -34,6 +34,9 @@ IDENTITIES=(
     "kube-scheduler system:kube-scheduler -"
     "kwok kwok system:masters"
     "kube-proxy system:kube-proxy -"
+    # The nodes' NetworkPolicy enforcer reads pods, namespaces, policies and nodes cluster-wide
+    # and never writes (its router and proxy are off): no narrower default role covers that.
+    "kube-router stack-env-kube-router system:masters"
 )
 for ((node_index = 1; node_index <= 8; node_index++)); do
     IDENTITIES+=("stack-node-$node_index system:node:stack-node-$node_index system:nodes")

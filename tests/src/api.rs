@@ -51,6 +51,8 @@ pub struct ApiHarness {
     pub calls: CallsByKind,
     /// The hanging apiserver the stack operations talk to, if the harness has one.
     _black_hole: Option<BlackHole>,
+    /// The real nodes' share this harness holds, if its stacks run there.
+    _nodes: Option<crate::env::real_nodes::NodesGuard>,
 }
 
 /// A response as the client sees it.
@@ -62,7 +64,7 @@ pub struct Reply {
 }
 
 impl ApiHarness {
-    /// A harness with the defaults tests want: a fresh namespace with an ingress policy, a
+    /// A harness with the defaults tests want: a fresh namespace (made by the API), a
     /// fresh table, API key `local-test-key`, stacks placed on the simulated nodes
     /// ([`SIMULATED_ROLE`]: kwok runs no container, so any image will do).
     pub async fn start() -> Self {
@@ -80,6 +82,18 @@ impl ApiHarness {
     /// images of the environment's registry, which the configuration lets through as an
     /// operator lets a private registry through (`STACK_IMAGE_ALLOWLIST`); `overrides` win.
     pub async fn on_real_nodes(overrides: &[(&str, &str)]) -> Self {
+        let guard = crate::env::real_nodes::NodesGuard::shared().await;
+        Self::on_real_nodes_holding(guard, overrides).await
+    }
+
+    /// [`on_real_nodes`](Self::on_real_nodes) for a test that disturbs every real node: it
+    /// runs while no other real-node harness does.
+    pub async fn on_real_nodes_alone(overrides: &[(&str, &str)]) -> Self {
+        let guard = crate::env::real_nodes::NodesGuard::alone().await;
+        Self::on_real_nodes_holding(guard, overrides).await
+    }
+
+    async fn on_real_nodes_holding(guard: crate::env::real_nodes::NodesGuard, overrides: &[(&str, &str)]) -> Self {
         let env = TestEnv::connect().await.expect("local environment (run tests/env/up)");
         let registry = env
             .settings
@@ -91,14 +105,20 @@ impl ApiHarness {
             "the environment runs no real node (STACK_ENV_REAL_NODES=0)"
         );
         let allowlist = format!("{registry}/");
+        let participants = crate::env::real_nodes::participant_cidr(&registry);
+        let check = crate::env::real_nodes::isolation_check_image(&registry);
         let mut vars = vec![
             ("STACK_NODE_ROLE", crate::env::real_nodes::STACK_ROLE),
             ("STACK_IMAGE_ALLOWLIST", allowlist.as_str()),
+            ("STACK_ALLOW_INGRESS_CIDRS", participants.as_str()),
+            ("STACK_ISOLATION_CHECK_IMAGE", check.as_str()),
             ("STACK_PROXY_SYNC", "1s"),
         ];
         vars.extend_from_slice(overrides);
         let kube = kube_config(&env).await;
-        Self::build(env, kube, &vars, None).await
+        let mut harness = Self::build(env, kube, &vars, None).await;
+        harness._nodes = Some(guard);
+        harness
     }
 
     /// The registry the real nodes pull from.
@@ -139,7 +159,6 @@ impl ApiHarness {
             ("STACK_NAMESPACE".into(), namespace.clone()),
             ("DDB_STACK_TABLE".into(), table.name().to_owned()),
             ("API_KEY".into(), API_KEY.into()),
-            ("STACK_REQUIRE_INGRESS_NETWORK_POLICY".into(), "false".into()),
             ("STACK_NODE_ROLE".into(), SIMULATED_ROLE.into()),
             // No kube-proxy serves the simulated nodes.
             ("STACK_PROXY_SYNC".into(), "0s".into()),
@@ -162,6 +181,7 @@ impl ApiHarness {
             calls,
             env,
             _black_hole: black_hole,
+            _nodes: None,
         }
     }
 

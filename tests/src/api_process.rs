@@ -47,7 +47,7 @@ pub struct ApiProcess {
 
 impl ApiProcess {
     /// Starts the API over `namespace` and `table` of the environment with key `api_key`,
-    /// no ingress NetworkPolicy required, stacks on the simulated nodes with any image, plus
+    /// stacks on the simulated nodes with any image, plus
     /// `extra` variables (which win).
     pub fn spawn(
         settings: &EnvSettings,
@@ -65,7 +65,6 @@ impl ApiProcess {
             ("STACK_NAMESPACE", namespace),
             ("DDB_STACK_TABLE", table),
             ("API_KEY", api_key),
-            ("STACK_REQUIRE_INGRESS_NETWORK_POLICY", "false"),
             ("STACK_NODE_ROLE", SIMULATED_ROLE),
             ("STACK_PROXY_SYNC", "0s"),
             ("STACK_IMAGE_ALLOWLIST", ""),

@@ -21,6 +21,12 @@ pub fn address_of(stack: &Value) -> Option<SocketAddr> {
 /// Connects and reads until the challenge closes the connection (or 64 KiB, or the timeout):
 /// the lines it says on connect.
 pub async fn read_all(address: SocketAddr) -> std::io::Result<String> {
+    read_all_within(address, IO_TIMEOUT).await
+}
+
+/// [`read_all`] for a challenge that takes up to `within` to say everything (one that probes
+/// the network before answering).
+pub async fn read_all_within(address: SocketAddr, within: Duration) -> std::io::Result<String> {
     let mut stream = tokio::time::timeout(IO_TIMEOUT, TcpStream::connect(address))
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
@@ -35,7 +41,7 @@ pub async fn read_all(address: SocketAddr) -> std::io::Result<String> {
             text.extend_from_slice(&buffer[..n]);
         }
     };
-    tokio::time::timeout(IO_TIMEOUT, read)
+    tokio::time::timeout(within, read)
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "read timed out"))??;
     Ok(String::from_utf8_lossy(&text).into_owned())

@@ -88,7 +88,6 @@ pub fn reconciler_config(namespace: &str, table: &str, overrides: &[(&str, &str)
     let mut vars: HashMap<String, String> = HashMap::from([
         ("STACK_NAMESPACE".into(), namespace.to_owned()),
         ("DDB_STACK_TABLE".into(), table.to_owned()),
-        ("STACK_REQUIRE_INGRESS_NETWORK_POLICY".into(), "false".into()),
         ("STACK_NODE_ROLE".into(), SIMULATED_ROLE.into()),
         ("STACK_PROXY_SYNC".into(), "0s".into()),
     ]);

@@ -201,6 +201,7 @@ mod tests {
             "container_config_error",
             "container_start_error",
             "container_exited",
+            "isolation_not_enforced",
             "evicted",
             "pod_failed",
             "start_timeout",

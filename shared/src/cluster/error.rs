@@ -12,8 +12,6 @@ pub enum ClusterError {
     Rejected(String),
     #[error("no available nodeport")]
     NodePortsExhausted,
-    #[error("namespace {0} has no ingress NetworkPolicy")]
-    MissingIngressPolicy(String),
     /// A guard rail the exposure mode needs is missing: the operator must act.
     #[error("{0}")]
     Unguarded(String),

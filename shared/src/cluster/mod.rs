@@ -5,6 +5,7 @@
 mod client;
 mod error;
 mod health;
+mod isolation;
 mod namespace;
 mod node_addresses;
 mod nodeports;
@@ -142,8 +143,8 @@ impl Cluster {
             .map_err(|e| ClusterError::from_kube("get version", e))
     }
 
-    /// Ensures the namespace and its guard rails exist and refuses creation when an ingress
-    /// NetworkPolicy is required but missing.
+    /// Ensures the namespace and its guard rails exist, and refuses creation while another
+    /// NetworkPolicy widens the isolation (when it is required).
     pub async fn prepare_namespace(&self) -> Result<(), ClusterError> {
         self.guard.ensure().await
     }

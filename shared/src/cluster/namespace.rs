@@ -1,6 +1,7 @@
-//! The stack namespace's guard rails, ensured on first use: Pod Security `baseline`
-//! enforcement and an egress NetworkPolicy that keeps stacks away from the cloud metadata
-//! service (node credentials) and any configured CIDRs.
+//! The stack namespace's guard rails: Pod Security `baseline` enforcement, ensured on first
+//! use, and the isolation NetworkPolicy (`isolation.rs`), applied again and checked against
+//! the namespace's other policies at most every [`ISOLATION_CHECK_TTL`], so that a policy
+//! deleted, edited or widened by another one is seen within a minute, not at the next start.
 //!
 //! In hostport mode Pod Security cannot enforce `baseline` (it forbids host ports), so the
 //! admission policy of `functions/kubernetes-rbac.yaml` enforces it instead: stacks are
@@ -12,32 +13,29 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
-use k8s_openapi::api::networking::v1::{
-    IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyPeer, NetworkPolicySpec,
-};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use tokio::sync::OnceCell;
 
 use super::ClusterError;
+use super::isolation::{ISOLATION_POLICY_NAME, LEGACY_POLICY_NAME, isolation_policy, widening_policies};
+use crate::config::Isolation;
 use crate::model::{Exposure, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
-pub(super) const EGRESS_POLICY_NAME: &str = "stack-provisioner-egress-guard";
 /// The binding of the Pod Security `baseline` admission policy (`functions/kubernetes-rbac.yaml`).
 const ADMISSION_POLICY_BINDING: &str = "stack-provisioner-pod-baseline";
 const ENFORCE_LABEL: &str = "pod-security.kubernetes.io/enforce";
 const FIELD_MANAGER: &str = "stack-provisioner";
-/// A found ingress policy is trusted this long before we look again.
-const INGRESS_CHECK_TTL: Duration = Duration::from_secs(60);
-/// Cloud metadata endpoints (IPv4 link-local covers AWS, GCP, Azure; EC2's IPv6 one).
-const METADATA_V4: &str = "169.254.0.0/16";
-const METADATA_V6: &str = "fd00:ec2::254/128";
+/// A checked isolation is trusted this long before it is applied and checked again.
+const ISOLATION_CHECK_TTL: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone, Default)]
 pub struct NamespacePolicy {
-    pub deny_egress_cidrs: Vec<String>,
-    pub require_ingress_policy: bool,
+    pub isolation: Isolation,
+    /// Refuse creates (503) while another policy widens the isolation.
+    pub require_isolation: bool,
 }
 
 pub(crate) struct NamespaceGuard {
@@ -46,7 +44,7 @@ pub(crate) struct NamespaceGuard {
     policy: NamespacePolicy,
     exposure: Exposure,
     ensured: OnceCell<()>,
-    ingress_seen_at: Mutex<Option<Instant>>,
+    isolation_checked_at: Mutex<Option<Instant>>,
 }
 
 impl NamespaceGuard {
@@ -57,16 +55,61 @@ impl NamespaceGuard {
             policy,
             exposure,
             ensured: OnceCell::new(),
-            ingress_seen_at: Mutex::new(None),
+            isolation_checked_at: Mutex::new(None),
         }
     }
 
     pub(crate) async fn ensure(&self) -> Result<(), ClusterError> {
         self.ensured.get_or_try_init(|| self.create_guard_rails()).await?;
-        if self.policy.require_ingress_policy {
-            self.check_ingress_policy().await?;
+        if self.checked_recently() {
+            return Ok(());
         }
+        let widened = self.apply_isolation().await?;
+        if widened.is_empty() {
+            *self.checked_at() = Some(Instant::now());
+            return Ok(());
+        }
+        let why = format!("isolation not in place: {}", widened.join("; "));
+        if self.policy.require_isolation {
+            return Err(ClusterError::Unguarded(why));
+        }
+        tracing::warn!(namespace = %self.namespace, "{why}");
+        *self.checked_at() = Some(Instant::now());
         Ok(())
+    }
+
+    fn checked_at(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        self.isolation_checked_at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn checked_recently(&self) -> bool {
+        self.checked_at().is_some_and(|at| at.elapsed() < ISOLATION_CHECK_TTL)
+    }
+
+    /// Applies the isolation policy (server-side apply: an edited one is put back), removes
+    /// the legacy one, and names the namespace's policies that widen it.
+    async fn apply_isolation(&self) -> Result<Vec<String>, ClusterError> {
+        let policies: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), &self.namespace);
+        policies
+            .patch(
+                ISOLATION_POLICY_NAME,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&isolation_policy(&self.policy.isolation)),
+            )
+            .await
+            .map_err(|e| ClusterError::from_kube("apply network policy", e))?;
+        match policies.delete(LEGACY_POLICY_NAME, &DeleteParams::default()).await {
+            Ok(_) => tracing::info!(namespace = %self.namespace, "removed the legacy egress guard"),
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(ClusterError::from_kube("delete network policy", e)),
+        }
+        let list = policies
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| ClusterError::from_kube("list network policies", e))?;
+        Ok(widening_policies(&list.items))
     }
 
     async fn create_guard_rails(&self) -> Result<(), ClusterError> {
@@ -103,16 +146,6 @@ impl NamespaceGuard {
         if self.exposure == Exposure::HostPort {
             self.check_admission_policy().await?;
         }
-        let policies: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), &self.namespace);
-        let policy = egress_guard(&self.policy.deny_egress_cidrs);
-        policies
-            .patch(
-                EGRESS_POLICY_NAME,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&policy),
-            )
-            .await
-            .map_err(|e| ClusterError::from_kube("apply network policy", e))?;
         Ok(())
     }
 
@@ -149,32 +182,6 @@ impl NamespaceGuard {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
             Err(e) => Err(ClusterError::from_kube("create service account", e)),
-        }
-    }
-
-    async fn check_ingress_policy(&self) -> Result<(), ClusterError> {
-        let fresh = |seen: &Option<Instant>| seen.is_some_and(|at| at.elapsed() < INGRESS_CHECK_TTL);
-        if fresh(
-            &self
-                .ingress_seen_at
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        ) {
-            return Ok(());
-        }
-        let policies: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), &self.namespace);
-        let list = policies
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| ClusterError::from_kube("list network policies", e))?;
-        if list.items.iter().any(restricts_ingress) {
-            *self
-                .ingress_seen_at
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
-            Ok(())
-        } else {
-            Err(ClusterError::MissingIngressPolicy(self.namespace.clone()))
         }
     }
 }
@@ -226,77 +233,9 @@ fn namespace_object(name: &str, exposure: Exposure) -> Namespace {
     }
 }
 
-/// Egress allowed everywhere except cloud metadata and `deny` (split by address family).
-pub(crate) fn egress_guard(deny: &[String]) -> NetworkPolicy {
-    let (deny_v6, deny_v4): (Vec<&String>, Vec<&String>) = deny.iter().partition(|c| c.contains(':'));
-    let block = |cidr: &str, except: Vec<String>| NetworkPolicyPeer {
-        ip_block: Some(IPBlock {
-            cidr: cidr.to_owned(),
-            except: Some(except),
-        }),
-        ..NetworkPolicyPeer::default()
-    };
-    let v4_except = std::iter::once(METADATA_V4.to_owned())
-        .chain(deny_v4.into_iter().cloned())
-        .collect();
-    let v6_except = std::iter::once(METADATA_V6.to_owned())
-        .chain(deny_v6.into_iter().cloned())
-        .collect();
-    NetworkPolicy {
-        metadata: ObjectMeta {
-            name: Some(EGRESS_POLICY_NAME.to_owned()),
-            labels: Some(BTreeMap::from([(
-                MANAGED_BY_LABEL.to_owned(),
-                MANAGED_BY_VALUE.to_owned(),
-            )])),
-            ..ObjectMeta::default()
-        },
-        spec: Some(NetworkPolicySpec {
-            pod_selector: Some(LabelSelector {
-                match_labels: Some(BTreeMap::from([(
-                    MANAGED_BY_LABEL.to_owned(),
-                    MANAGED_BY_VALUE.to_owned(),
-                )])),
-                ..LabelSelector::default()
-            }),
-            policy_types: Some(vec!["Egress".to_owned()]),
-            egress: Some(vec![NetworkPolicyEgressRule {
-                to: Some(vec![block("0.0.0.0/0", v4_except), block("::/0", v6_except)]),
-                ports: None,
-            }]),
-            ..NetworkPolicySpec::default()
-        }),
-    }
-}
-
-fn restricts_ingress(policy: &NetworkPolicy) -> bool {
-    policy.spec.as_ref().is_some_and(|spec| match &spec.policy_types {
-        Some(types) => types.iter().any(|t| t == "Ingress"),
-        // Without policyTypes, every policy restricts ingress.
-        None => true,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn egress_guard_blocks_metadata_and_configured_cidrs() {
-        let policy = egress_guard(&["10.0.0.0/8".into(), "fd00::/8".into()]);
-        let rule = &policy.spec.as_ref().unwrap().egress.as_ref().unwrap()[0];
-        let blocks: Vec<&IPBlock> = rule
-            .to
-            .as_ref()
-            .unwrap()
-            .iter()
-            .map(|p| p.ip_block.as_ref().unwrap())
-            .collect();
-        assert_eq!(blocks[0].cidr, "0.0.0.0/0");
-        assert_eq!(blocks[0].except.as_deref().unwrap(), ["169.254.0.0/16", "10.0.0.0/8"]);
-        assert_eq!(blocks[1].cidr, "::/0");
-        assert_eq!(blocks[1].except.as_deref().unwrap(), ["fd00:ec2::254/128", "fd00::/8"]);
-    }
 
     #[test]
     fn a_hostport_namespace_drops_pod_security_but_keeps_the_label_the_policy_selects() {
@@ -313,20 +252,5 @@ mod tests {
         assert_eq!(unfit_labels("stacks", &nodeport, Exposure::NodePort), None);
         let unlabelled = BTreeMap::from([(ENFORCE_LABEL.to_owned(), "privileged".to_owned())]);
         assert!(unfit_labels("stacks", &unlabelled, Exposure::HostPort).is_some());
-    }
-
-    #[test]
-    fn only_ingress_policies_count() {
-        let with_types = |types: Option<Vec<&str>>| NetworkPolicy {
-            spec: Some(NetworkPolicySpec {
-                policy_types: types.map(|t| t.into_iter().map(String::from).collect()),
-                ..NetworkPolicySpec::default()
-            }),
-            ..NetworkPolicy::default()
-        };
-        assert!(restricts_ingress(&with_types(Some(vec!["Ingress"]))));
-        assert!(restricts_ingress(&with_types(None)));
-        assert!(!restricts_ingress(&with_types(Some(vec!["Egress"]))));
-        assert!(!restricts_ingress(&egress_guard(&[])));
     }
 }

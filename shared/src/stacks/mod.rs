@@ -138,9 +138,6 @@ impl From<ClusterError> for StackError {
             ClusterError::Saturated(why) => StackError::Saturated(why),
             ClusterError::Rejected(why) => invalid_pod_spec(why),
             ClusterError::NodePortsExhausted => StackError::NoNodePort,
-            ClusterError::MissingIngressPolicy(ns) => StackError::Unavailable(format!(
-                "stack creation refused: namespace {ns} has no ingress NetworkPolicy"
-            )),
             ClusterError::Unguarded(why) => StackError::Unavailable(format!("stack creation refused: {why}")),
             other => StackError::Cluster(other),
         }
@@ -172,8 +169,8 @@ impl Stacks {
     pub fn from_config(config: Config, store: Store, client: kube::Client) -> Result<Self, ConfigError> {
         let policy = ValidationPolicy::from_config(&config)?;
         let namespace_policy = NamespacePolicy {
-            deny_egress_cidrs: config.deny_egress_cidrs.clone(),
-            require_ingress_policy: config.require_ingress_network_policy,
+            isolation: config.isolation.clone(),
+            require_isolation: config.require_isolation,
         };
         let port_policy = PortPolicy::of(&config);
         let cluster = Cluster::new(client, &config.namespace, namespace_policy, port_policy);

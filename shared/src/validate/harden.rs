@@ -13,8 +13,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Capabilities, Pod, PodSecurityContext, SeccompProfile, SecurityContext, Toleration};
 
 use super::ValidationPolicy;
+use super::isolation_check;
 use crate::config::{ALWAYS_DROPPED, DropCapabilities, NodeTaint};
-use crate::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, STACK_ID_LABEL, StackId};
+use crate::model::{ISOLATION_CHECK_CONTAINER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, STACK_ID_LABEL, StackId};
 
 /// Capabilities dropped from every container under every `STACK_DROP_CAPABILITIES` profile;
 /// raw sockets allow spoofing on the node network.
@@ -59,6 +60,12 @@ pub(super) fn apply(pod: &mut Pod, stack_id: &StackId, policy: &ValidationPolicy
     }
     // The operator's sandbox for every stack; the validator refused the manifest's own.
     spec.runtime_class_name = policy.runtime_class.clone();
+    // First of the init containers: nothing of the stack runs before its isolation holds.
+    if let Some(image) = &policy.isolation_check_image {
+        let inits = spec.init_containers.get_or_insert_with(Vec::new);
+        inits.retain(|c| c.name != ISOLATION_CHECK_CONTAINER);
+        inits.insert(0, isolation_check::init_container(image));
+    }
     let asked = spec.security_context.take().unwrap_or_default();
     spec.security_context = Some(PodSecurityContext {
         seccomp_profile: Some(runtime_default()),

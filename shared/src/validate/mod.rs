@@ -18,6 +18,7 @@ mod bounds;
 mod containers;
 mod harden;
 mod images;
+pub mod isolation_check;
 mod metadata;
 mod nesting;
 mod pod_spec;

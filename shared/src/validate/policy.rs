@@ -24,6 +24,9 @@ pub struct ValidationPolicy {
     pub image_allowlist: Vec<String>,
     /// `STACK_RUNTIME_CLASS`: forced as `runtimeClassName` (a manifest may not choose one).
     pub runtime_class: Option<String>,
+    /// `STACK_ISOLATION_CHECK_IMAGE`: the image of the init container that holds every stack
+    /// back until its isolation is enforced (`isolation_check.rs`); none, no check.
+    pub isolation_check_image: Option<String>,
     /// `STACK_DROP_CAPABILITIES`: forced into every container's `capabilities.drop`.
     pub drop_capabilities: DropCapabilities,
     /// `STACK_ADD_BACK_CAPABILITIES`: the only capabilities `capabilities.add` may name.
@@ -77,6 +80,7 @@ impl ValidationPolicy {
             ephemeral_storage_limit,
             image_allowlist: config.image_allowlist.clone(),
             runtime_class: config.runtime_class.clone(),
+            isolation_check_image: config.isolation_check_image.clone(),
             drop_capabilities: config.drop_capabilities,
             add_back_capabilities: config.add_back_capabilities.clone(),
             node_taint: config.node_taint.clone(),

@@ -6,6 +6,7 @@
 //! cargo build --release -p stack-api -p stack-tests --bin stack-api --bin bench-connect
 //! target/release/bench-connect [--bursts 1,25,50,75] [--sequential 10] [--exposure hostport|nodeport]
 //!                              [--cpu 50m] [--poll-ms 100] [--rounds 1] [--proxy-sync 1s]
+//!                              [--isolation-check on|off]
 //! ```
 //!
 //! Prints, per burst: create → `running` and create → first successful read (p50/p95/p99/max),
@@ -45,6 +46,8 @@ struct Options {
     rounds: usize,
     /// `STACK_PROXY_SYNC` of the API (`0s` shows what the wait for kube-proxy prevents).
     proxy_sync: String,
+    /// Whether stacks wait for their isolation to be enforced (`STACK_ISOLATION_CHECK_IMAGE`).
+    isolation_check: bool,
 }
 
 impl Options {
@@ -68,6 +71,7 @@ impl Options {
             poll: Duration::from_millis(value("--poll-ms").and_then(|n| n.parse().ok()).unwrap_or(100)),
             rounds: value("--rounds").and_then(|n| n.parse().ok()).unwrap_or(1),
             proxy_sync: value("--proxy-sync").unwrap_or_else(|| "1s".into()),
+            isolation_check: value("--isolation-check").is_none_or(|v| v != "off"),
         }
     }
 }
@@ -115,11 +119,19 @@ async fn run(env: &TestEnv, options: &Options, registry: &str, fixture: &mut Ben
     // One Lambda sandbox per create in AWS: as many create slots as creates at once.
     let slots = (2 * most).to_string();
     let allowlist = format!("{registry}/");
+    let participants = real_nodes::participant_cidr(registry);
+    let check = if options.isolation_check {
+        real_nodes::isolation_check_image(registry)
+    } else {
+        String::new()
+    };
     let deadline = format!("{}s", START_DEADLINE.as_secs());
     let settings = [
         ("STACK_EXPOSURE", options.exposure.as_str()),
         ("STACK_NODE_ROLE", real_nodes::STACK_ROLE),
         ("STACK_IMAGE_ALLOWLIST", allowlist.as_str()),
+        ("STACK_ALLOW_INGRESS_CIDRS", participants.as_str()),
+        ("STACK_ISOLATION_CHECK_IMAGE", check.as_str()),
         ("STACK_CREATE_CONCURRENCY", slots.as_str()),
         ("STACK_START_TIMEOUT", deadline.as_str()),
         ("STACK_PROXY_SYNC", options.proxy_sync.as_str()),
@@ -131,9 +143,10 @@ async fn run(env: &TestEnv, options: &Options, registry: &str, fixture: &mut Ben
         .await
         .map_err(|e| e.to_string())?;
     println!(
-        "bench-connect: STACK_EXPOSURE={} (STACK_PROXY_SYNC={}), {} real nodes, challenge {} (cpu {}), status polled every {} ms",
+        "bench-connect: STACK_EXPOSURE={} (STACK_PROXY_SYNC={}, isolation check {}), {} real nodes, challenge {} (cpu {}), status polled every {} ms",
         options.exposure,
         options.proxy_sync,
+        if options.isolation_check { "on" } else { "off" },
         env.settings.real_nodes,
         real_nodes::image(registry, "tcp"),
         options.cpu,

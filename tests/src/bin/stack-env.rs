@@ -169,16 +169,20 @@ async fn invoke(function: LambdaFunction, event: &str, parameters: &[&str]) -> R
 }
 
 /// `function` with the template's defaults over the local environment (its table, the
-/// kubeconfig, key `local-test-key`), no ingress NetworkPolicy required (as `tests/env/run`),
-/// stacks on the simulated nodes when there are no real ones, then `parameters` (`Name=Value`).
+/// kubeconfig, key `local-test-key`), stacks on the simulated nodes when there are no real
+/// ones (on the real ones, reachable from this machine as `tests/env/run`'s), then `parameters`
+/// (`Name=Value`).
 fn local_deployment(
     function: LambdaFunction,
     settings: &EnvSettings,
     parameters: &[&str],
 ) -> Result<LocalFunction, ToolError> {
-    let mut local = LocalFunction::new(function, settings).parameter("StackRequireIngressNetworkPolicy", "false");
-    if settings.real_nodes == 0 {
-        local = local.parameter("StackNodeRole", SIMULATED_ROLE);
+    let mut local = LocalFunction::new(function, settings);
+    match &settings.registry {
+        Some(registry) if settings.real_nodes > 0 => {
+            local = local.parameter("StackAllowIngressCidrs", &real_nodes::participant_cidr(registry));
+        }
+        _ => local = local.parameter("StackNodeRole", SIMULATED_ROLE),
     }
     for parameter in parameters {
         let (name, value) = parameter

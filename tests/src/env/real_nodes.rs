@@ -40,6 +40,41 @@ pub fn image(registry: &str, name: &str) -> String {
     format!("{registry}/stack-env/{name}:1")
 }
 
+/// The address participants connect from here: the host end of the nodes' bridge, where the
+/// registry listens. It is private, so an API whose stacks run on the real nodes lets it in
+/// (`STACK_ALLOW_INGRESS_CIDRS`) as an operator lets in an on-site network.
+pub fn participant_cidr(registry: &str) -> String {
+    let host = registry.rsplit_once(':').map_or(registry, |(host, _)| host);
+    format!("{host}/32")
+}
+
+/// The real nodes' share of this test process: every harness on them holds a shared guard; a
+/// test that disturbs them all (stops their NetworkPolicy enforcer) holds them alone, after the
+/// others finish and before any other starts.
+#[derive(Debug)]
+pub enum NodesGuard {
+    Shared(tokio::sync::RwLockReadGuard<'static, ()>),
+    Alone(tokio::sync::RwLockWriteGuard<'static, ()>),
+}
+
+static NODES: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+impl NodesGuard {
+    pub async fn shared() -> Self {
+        NodesGuard::Shared(NODES.read().await)
+    }
+
+    pub async fn alone() -> Self {
+        NodesGuard::Alone(NODES.write().await)
+    }
+}
+
+/// The image of the stacks' isolation check here: the `tcp` image, whose busybox has `sh` and
+/// `nc`, as an operator's `STACK_ISOLATION_CHECK_IMAGE` would.
+pub fn isolation_check_image(registry: &str) -> String {
+    image(registry, "tcp")
+}
+
 /// Initializes the real nodes 1..=`count` as a cloud controller would, waits until each is
 /// Ready, and runs a pod on each (the sandbox and the TCP challenge image pulled, the pod
 /// network up), so that `up` returns with nodes that really run stacks.

@@ -15,6 +15,7 @@ const TABLE: &str = "DDB_STACK_TABLE";
 const STATE_DIR: &str = "STACK_ENV_STATE_DIR";
 const REGISTRY: &str = "STACK_ENV_REGISTRY";
 const REAL_NODES: &str = "STACK_ENV_REAL_NODES";
+const INTERNET_HOST: &str = "STACK_ENV_INTERNET_HOST";
 
 /// Connection settings of the local environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +33,8 @@ pub struct EnvSettings {
     pub registry: Option<String>,
     /// How many real nodes (`role=stack`) `up` started.
     pub real_nodes: usize,
+    /// A public address of this machine the real nodes' pods reach as the internet, if any.
+    pub internet_host: Option<String>,
 }
 
 impl EnvSettings {
@@ -72,6 +75,7 @@ impl EnvSettings {
             state_dir: lookup(STATE_DIR).filter(|v| !v.trim().is_empty()).map(PathBuf::from),
             registry: lookup(REGISTRY).filter(|v| !v.trim().is_empty()),
             real_nodes: lookup(REAL_NODES).and_then(|v| v.trim().parse().ok()).unwrap_or(0),
+            internet_host: lookup(INTERNET_HOST).filter(|v| !v.trim().is_empty()),
         })
     }
 }

@@ -72,13 +72,11 @@ impl LocalFunction {
     }
 
     /// Over `table` and `namespace`, stacks on the simulated nodes (kwok runs no container, so
-    /// any image will do): no ingress NetworkPolicy required (no CNI enforces one here) and no
-    /// kube-proxy to wait for. What the tests and benchmarks of the local cluster use.
+    /// any image will do) and no kube-proxy to wait for. What the tests and benchmarks of the local cluster use.
     pub fn on_simulated_nodes(self, table: &str, namespace: &str) -> Self {
         self.table(table)
             .parameter("StackNamespace", namespace)
             .parameter("StackNodeRole", SIMULATED_ROLE)
-            .parameter("StackRequireIngressNetworkPolicy", "false")
             .parameter("StackProxySync", "0s")
     }
 

@@ -530,32 +530,79 @@ async fn resource_quota_exhausted_is_503_and_limit_range_violation_is_400() {
 }
 
 #[tokio::test]
-async fn missing_ingress_policy_refuses_creation_when_required() {
-    let api = ApiHarness::with_env(&[("STACK_REQUIRE_INGRESS_NETWORK_POLICY", "true")]).await;
-    let refused = api.create(WEB_POD, json!(80)).await;
+async fn a_policy_that_widens_the_isolation_refuses_creation_until_it_is_gone() {
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    let first = ApiHarness::start().await;
+    let namespace = first.namespace.clone();
+    let policies = kube::Api::<NetworkPolicy>::namespaced(first.env.kube.clone(), &namespace);
+    let policy = |name: &str, spec: Value| -> NetworkPolicy {
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
+    };
+    assert_eq!(first.create(WEB_POD, json!(80)).await.status, 201);
+    let names =
+        |list: Vec<NetworkPolicy>| -> Vec<String> { list.into_iter().filter_map(|p| p.metadata.name).collect() };
+    assert_eq!(
+        names(policies.list(&Default::default()).await.unwrap().items),
+        ["stack-provisioner-isolation"]
+    );
+    let isolation = policies.get("stack-provisioner-isolation").await.unwrap().spec.unwrap();
+    assert_eq!(isolation.policy_types.as_deref().unwrap(), ["Ingress", "Egress"]);
+    // The egress guard of an earlier version allowed private ranges: it goes.
+    let legacy = json!({"podSelector": {}, "policyTypes": ["Egress"], "egress": [{}]});
+    policies
+        .create(
+            &PostParams::default(),
+            &policy("stack-provisioner-egress-guard", legacy),
+        )
+        .await
+        .unwrap();
+
+    // Policies add up: one that lets everything in reopens what the isolation closes.
+    let allow_all = json!({"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{}]});
+    policies
+        .create(&PostParams::default(), &policy("allow-all", allow_all))
+        .await
+        .unwrap();
+    // Someone also loosens the isolation policy itself: it is put back.
+    let mut edited = policies.get("stack-provisioner-isolation").await.unwrap();
+    edited.spec.as_mut().unwrap().ingress = Some(vec![Default::default()]);
+    policies
+        .replace("stack-provisioner-isolation", &PostParams::default(), &edited)
+        .await
+        .unwrap();
+    // A new process (a new Lambda sandbox) checks at once; a running one within a minute.
+    let second = ApiHarness::with_env(&[("STACK_NAMESPACE", &namespace)]).await;
+    let refused = second.create(WEB_POD, json!(80)).await;
     assert_eq!(refused.status, 503, "{}", refused.json);
     assert!(refused.headers.contains_key("retry-after"));
-    api.assert_nothing_left().await;
-    // The namespace was prepared with the egress guard; an ingress policy unlocks creation.
-    let policies =
-        kube::Api::<k8s_openapi::api::networking::v1::NetworkPolicy>::namespaced(api.env.kube.clone(), &api.namespace);
-    let guard = policies.get("stack-provisioner-egress-guard").await.unwrap();
-    let egress = guard.spec.unwrap().egress.unwrap();
-    let except = egress[0].to.as_ref().unwrap()[0]
-        .ip_block
-        .as_ref()
-        .unwrap()
-        .except
-        .clone()
-        .unwrap();
-    assert!(except.contains(&"169.254.0.0/16".to_owned()));
-    let ingress: k8s_openapi::api::networking::v1::NetworkPolicy = serde_json::from_value(json!({
-        "metadata": {"name": "deny-ingress"}, "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}
-    }))
-    .unwrap();
-    policies.create(&PostParams::default(), &ingress).await.unwrap();
-    assert_eq!(api.create(WEB_POD, json!(80)).await.status, 201);
-    api.finish().await;
+    let why = refused.json["error"].as_str().unwrap();
+    assert!(
+        why.contains("isolation not in place") && why.contains("allow-all"),
+        "{why}"
+    );
+    assert!(
+        second.records().await.is_empty(),
+        "nothing of the refused create is left"
+    );
+    let restored = policies.get("stack-provisioner-isolation").await.unwrap().spec.unwrap();
+    assert_eq!(restored.ingress, isolation.ingress, "the edited isolation is put back");
+    let left = names(policies.list(&Default::default()).await.unwrap().items);
+    assert_eq!(
+        left,
+        ["allow-all", "stack-provisioner-isolation"],
+        "the legacy guard is gone"
+    );
+    // An operator who accepts it says so.
+    let relaxed = ApiHarness::with_env(&[("STACK_NAMESPACE", &namespace), ("STACK_REQUIRE_ISOLATION", "false")]).await;
+    assert_eq!(relaxed.create(WEB_POD, json!(80)).await.status, 201);
+
+    policies.delete("allow-all", &Default::default()).await.unwrap();
+    let third = ApiHarness::with_env(&[("STACK_NAMESPACE", &namespace)]).await;
+    assert_eq!(third.create(WEB_POD, json!(80)).await.status, 201);
+    for harness in [second, relaxed, third] {
+        let _ = harness.table.delete().await;
+    }
+    first.finish().await;
 }
 
 #[tokio::test]

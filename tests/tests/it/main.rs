@@ -13,6 +13,7 @@ mod eks_token;
 mod ground;
 mod hostport;
 mod insights;
+mod isolation;
 mod lambda;
 mod rbac;
 mod reconciler;

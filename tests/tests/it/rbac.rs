@@ -9,7 +9,6 @@ use http::Method;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -37,8 +36,7 @@ struct Granted {
 
 impl Granted {
     /// The manifest's Namespace labels (as its header says for hostport: `privileged`, without
-    /// the two lines after it), Role, RoleBinding, ClusterRole and binding, applied as admin;
-    /// and an ingress NetworkPolicy, as the README asks of the operator.
+    /// the two lines after it), Role, RoleBinding, ClusterRole and binding, applied as admin.
     async fn grant(hostport: bool) -> Self {
         let env = TestEnv::connect().await.expect("local environment (run tests/env/up)");
         let template = RbacManifest::load().expect("rbac manifest");
@@ -86,16 +84,6 @@ impl Granted {
         rbac_manifest::apply(&Api::all(env.kube.clone()), &bindings)
             .await
             .expect("apply ClusterRoleBinding");
-        let ingress: NetworkPolicy = serde_json::from_value(json!({
-            "metadata": {"name": "ingress"},
-            "spec": {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{}]},
-        }))
-        .expect("policy");
-        namespace
-            .api::<NetworkPolicy>()
-            .create(&PostParams::default(), &ingress)
-            .await
-            .expect("ingress policy");
 
         let mut functions = kube_config(&env).await;
         functions.auth_info.impersonate = Some(FUNCTIONS_USER.to_owned());
@@ -116,7 +104,7 @@ impl Granted {
     async fn api(&self, overrides: &[(&str, &str)]) -> ApiHarness {
         let mut vars = vec![
             ("STACK_NAMESPACE", self.namespace.as_str()),
-            ("STACK_REQUIRE_INGRESS_NETWORK_POLICY", "true"),
+            ("STACK_REQUIRE_ISOLATION", "true"),
         ];
         vars.extend_from_slice(overrides);
         let env = TestEnv::connect().await.expect("local environment");

@@ -10,7 +10,7 @@
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, Pod, PodStatus};
 
-use crate::model::{Failure, FailureReason};
+use crate::model::{Failure, FailureReason, ISOLATION_CHECK_CONTAINER};
 
 /// How the kubelet's `rejectPod` (pkg/kubelet/kubelet.go) starts the message of a pod it
 /// refuses to admit; `status.reason` is then the predicate (lifecycle/predicate.go).
@@ -199,7 +199,12 @@ fn issue(container: &ContainerStatus, kind: Kind) -> Option<Seen> {
         let failure = Failure::new(FailureReason::ContainerStartError, text);
         return Some(Seen::Definite(Issue { failure, rank: 2 }));
     }
-    let exited = Failure::new(FailureReason::ContainerExited, text);
+    let class = if container.name == ISOLATION_CHECK_CONTAINER {
+        FailureReason::IsolationNotEnforced
+    } else {
+        FailureReason::ContainerExited
+    };
+    let exited = Failure::new(class, text);
     match (kind, terminated.exit_code) {
         (Kind::Init | Kind::Sidecar, 0) => None,
         (Kind::Sidecar, _) => Some(Seen::Transient(exited)),

@@ -77,6 +77,41 @@ fn the_operators_runtime_class_is_forced_and_none_is_left_alone() {
 }
 
 #[test]
+fn with_the_isolation_check_every_stack_starts_with_it_hardened_like_the_rest() {
+    let checked = ValidationPolicy {
+        isolation_check_image: Some("registry.example/busybox:1".into()),
+        ..policy()
+    };
+    let manifest = edited(&[(
+        "/spec/initContainers",
+        json!([{"name": "setup", "image": "busybox", "command": ["true"],
+            "resources": {"limits": {"cpu": "100m", "memory": "16Mi"}}}]),
+    )]);
+    let hardened = validate(&manifest, &[tcp(80)], &stack_id(), &checked).unwrap();
+    let inits = hardened.pod.spec.as_ref().unwrap().init_containers.clone().unwrap();
+    let names: Vec<&str> = inits.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["stack-isolation-check", "setup"], "first, before the author's");
+    let check = serde_json::to_value(&inits[0]).unwrap();
+    assert_eq!(check["image"], "registry.example/busybox:1");
+    assert_eq!(check["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(check["securityContext"]["capabilities"]["drop"], json!(["NET_RAW"]));
+    // Hardening twice adds it once.
+    let again = validate(
+        &serde_yaml::to_string(&hardened.pod).unwrap(),
+        &[tcp(80)],
+        &stack_id(),
+        &checked,
+    );
+    if let Ok(again) = again {
+        let count = again.pod.spec.unwrap().init_containers.unwrap().len();
+        assert_eq!(count, 2);
+    }
+    // Without an image, no check.
+    let plain = validate(&manifest, &[tcp(80)], &stack_id(), &policy()).unwrap();
+    assert_eq!(plain.pod.spec.unwrap().init_containers.unwrap().len(), 1);
+}
+
+#[test]
 fn ephemeral_storage_is_a_per_stack_budget() {
     let container = |name: &str, storage: Option<&str>| {
         let mut c =
