@@ -219,6 +219,23 @@ function render() {
   applyFilter();
 }
 
+// Whether the stacks' NetworkPolicy is in place (no other policy widens it), and whether each
+// stack proves it is enforced before it runs; what widens it, when it does not hold.
+function renderIsolation(iso) {
+  const value = $("stat-isolation");
+  value.classList.toggle("bad", !!iso && !iso.in_place);
+  if (!iso) {
+    value.textContent = "unknown";
+    $("stat-isolation-why").textContent = "the policies could not be read";
+    return;
+  }
+  value.textContent = iso.in_place ? "in place" : "NOT in place";
+  const when = `checked ${new Date(iso.checked_at).toLocaleTimeString()}`;
+  $("stat-isolation-why").textContent = iso.in_place
+    ? `${when}; ${iso.checked_per_stack ? "each stack verified before it runs" : "stacks not verified (no check image)"}`
+    : `${iso.problems.join("; ")} (${when})`;
+}
+
 function renderCards() {
   const s = state.stats;
   const c = s.capacity;
@@ -234,6 +251,7 @@ function renderCards() {
   let refusals = 0;
   for (const m of state.history.refusals) if (Date.parse(m.minute) >= hourAgo) for (const n of Object.values(m.counts)) refusals += n;
   $("stat-refusals").textContent = refusals;
+  renderIsolation(s.isolation);
 
   $("by-status").replaceChildren(...Object.entries(s.status_counts || {}).sort().map(([k, n]) =>
     el("span", { class: "chip" }, el("span", { class: "status " + k }, k), el("b", {}, n), " ")));

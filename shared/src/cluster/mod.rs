@@ -28,7 +28,7 @@ pub use error::{ClusterError, ProtobufError};
 #[cfg(test)]
 pub(crate) use health::kubelet;
 pub use health::{PodHealth, Rejection, pod_health};
-pub use namespace::NamespacePolicy;
+pub use namespace::{IsolationReport, NamespacePolicy};
 pub use objects::{stack_service, with_host_ports};
 pub use observe::{
     Scheduling, has_role, is_port_conflict, is_ready, is_schedulable_stack_node, node_external_ip, scheduling_of,
@@ -147,6 +147,11 @@ impl Cluster {
     /// NetworkPolicy widens the isolation (when it is required).
     pub async fn prepare_namespace(&self) -> Result<(), ClusterError> {
         self.guard.ensure().await
+    }
+
+    /// The isolation as last checked (at most a minute old), for `/stats`.
+    pub async fn isolation(&self) -> Result<IsolationReport, ClusterError> {
+        self.guard.isolation().await
     }
 
     pub async fn create_pod(&self, pod: &Pod) -> Result<Pod, ClusterError> {

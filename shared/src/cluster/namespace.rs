@@ -36,6 +36,8 @@ pub struct NamespacePolicy {
     pub isolation: Isolation,
     /// Refuse creates (503) while another policy widens the isolation.
     pub require_isolation: bool,
+    /// Stacks prove their isolation before they run (reported only; `validate` adds the check).
+    pub checked_per_stack: bool,
 }
 
 pub(crate) struct NamespaceGuard {
@@ -44,7 +46,20 @@ pub(crate) struct NamespaceGuard {
     policy: NamespacePolicy,
     exposure: Exposure,
     ensured: OnceCell<()>,
-    isolation_checked_at: Mutex<Option<Instant>>,
+    last_isolation: Mutex<Option<(Instant, IsolationReport)>>,
+}
+
+/// What `/stats` and the dashboard say of the isolation.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct IsolationReport {
+    /// The isolation policy is applied and no other NetworkPolicy widens it.
+    pub in_place: bool,
+    /// When the namespace's policies were last read (RFC 3339).
+    pub checked_at: String,
+    /// What widens it, one line per policy.
+    pub problems: Vec<String>,
+    /// Each stack waits until its isolation is enforced (`STACK_ISOLATION_CHECK_IMAGE`).
+    pub checked_per_stack: bool,
 }
 
 impl NamespaceGuard {
@@ -55,37 +70,48 @@ impl NamespaceGuard {
             policy,
             exposure,
             ensured: OnceCell::new(),
-            isolation_checked_at: Mutex::new(None),
+            last_isolation: Mutex::new(None),
         }
     }
 
+    /// The guard rails, and the isolation unless another policy widens it while it is required.
     pub(crate) async fn ensure(&self) -> Result<(), ClusterError> {
-        self.ensured.get_or_try_init(|| self.create_guard_rails()).await?;
-        if self.checked_recently() {
-            return Ok(());
-        }
-        let widened = self.apply_isolation().await?;
-        if widened.is_empty() {
-            *self.checked_at() = Some(Instant::now());
-            return Ok(());
-        }
-        let why = format!("isolation not in place: {}", widened.join("; "));
-        if self.policy.require_isolation {
+        let report = self.isolation().await?;
+        if !report.in_place && self.policy.require_isolation {
+            let why = format!("isolation not in place: {}", report.problems.join("; "));
             return Err(ClusterError::Unguarded(why));
         }
-        tracing::warn!(namespace = %self.namespace, "{why}");
-        *self.checked_at() = Some(Instant::now());
         Ok(())
     }
 
-    fn checked_at(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
-        self.isolation_checked_at
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// The isolation as last checked, checked again when older than [`ISOLATION_CHECK_TTL`];
+    /// a widened one is checked on every call, so that its repair shows at once.
+    pub(crate) async fn isolation(&self) -> Result<IsolationReport, ClusterError> {
+        self.ensured.get_or_try_init(|| self.create_guard_rails()).await?;
+        if let Some((at, report)) = self.last_report().as_ref()
+            && report.in_place
+            && at.elapsed() < ISOLATION_CHECK_TTL
+        {
+            return Ok(report.clone());
+        }
+        let problems = self.apply_isolation().await?;
+        if !problems.is_empty() {
+            tracing::warn!(namespace = %self.namespace, ?problems, "isolation not in place");
+        }
+        let report = IsolationReport {
+            in_place: problems.is_empty(),
+            checked_at: jiff::Timestamp::now().to_string(),
+            problems,
+            checked_per_stack: self.policy.checked_per_stack,
+        };
+        *self.last_report() = Some((Instant::now(), report.clone()));
+        Ok(report)
     }
 
-    fn checked_recently(&self) -> bool {
-        self.checked_at().is_some_and(|at| at.elapsed() < ISOLATION_CHECK_TTL)
+    fn last_report(&self) -> std::sync::MutexGuard<'_, Option<(Instant, IsolationReport)>> {
+        self.last_isolation
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Applies the isolation policy (server-side apply: an edited one is put back), removes

@@ -171,6 +171,7 @@ impl Stacks {
         let namespace_policy = NamespacePolicy {
             isolation: config.isolation.clone(),
             require_isolation: config.require_isolation,
+            checked_per_stack: config.isolation_check_image.is_some(),
         };
         let port_policy = PortPolicy::of(&config);
         let cluster = Cluster::new(client, &config.namespace, namespace_policy, port_policy);

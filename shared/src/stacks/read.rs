@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use super::capacity::Capacity;
 use super::{StackError, Stacks};
+use crate::cluster::IsolationReport;
 use crate::lifecycle::end::{RecordWrite, StackRemover};
 use crate::lifecycle::views::{NodeView, PodView, ServiceView};
 use crate::lifecycle::{Observed, Removal, Rules, Verdict, judge};
@@ -42,6 +43,8 @@ pub struct Stats {
     pub reserved_memory_bytes: i64,
     /// Headroom: node ports and, per stack node, allocatable against reserved.
     pub capacity: Capacity,
+    /// Whether the stacks' isolation is in place (`null` when it could not be checked).
+    pub isolation: Option<IsolationReport>,
 }
 
 impl Stats {
@@ -67,6 +70,7 @@ impl Stats {
             reserved_cpu_milli: active.iter().map(|r| r.requested_cpu_milli).sum(),
             reserved_memory_bytes: active.iter().map(|r| r.requested_memory_bytes).sum(),
             capacity,
+            isolation: None,
         }
     }
 }
@@ -216,7 +220,16 @@ impl Stacks {
             async { self.cluster.list_nodes().await.map_err(StackError::from) },
         )?;
         let capacity = Capacity::of(&records, &nodes, self.cluster.port_policy());
-        Ok(Stats::of(&records, capacity))
+        let mut stats = Stats::of(&records, capacity);
+        // The counts stay readable while the check cannot run; the dashboard says "unknown".
+        stats.isolation = match self.cluster.isolation().await {
+            Ok(report) => Some(report),
+            Err(err) => {
+                tracing::warn!(error = %err, "the isolation could not be checked for /stats");
+                None
+            }
+        };
+        Ok(stats)
     }
 
     /// Brings the record in line with what the cluster shows: `None` if the stack is gone

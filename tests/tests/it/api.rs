@@ -592,13 +592,28 @@ async fn a_policy_that_widens_the_isolation_refuses_creation_until_it_is_gone() 
         ["allow-all", "stack-provisioner-isolation"],
         "the legacy guard is gone"
     );
-    // An operator who accepts it says so.
+    // An operator who accepts it says so; /stats (and the dashboard) still tell.
     let relaxed = ApiHarness::with_env(&[("STACK_NAMESPACE", &namespace), ("STACK_REQUIRE_ISOLATION", "false")]).await;
     assert_eq!(relaxed.create(WEB_POD, json!(80)).await.status, 201);
+    let isolation = relaxed.call(Method::GET, "/stats", None).await.json["isolation"].clone();
+    assert_eq!(isolation["in_place"], false, "{isolation}");
+    assert!(
+        isolation["problems"][0].as_str().unwrap().contains("allow-all"),
+        "{isolation}"
+    );
 
     policies.delete("allow-all", &Default::default()).await.unwrap();
     let third = ApiHarness::with_env(&[("STACK_NAMESPACE", &namespace)]).await;
     assert_eq!(third.create(WEB_POD, json!(80)).await.status, 201);
+    let isolation = third.call(Method::GET, "/stats", None).await.json["isolation"].clone();
+    assert_eq!(isolation["in_place"], true, "{isolation}");
+    assert_eq!(
+        isolation["checked_per_stack"], false,
+        "no check image here: {isolation}"
+    );
+    // The running process that saw it widened sees the repair at its next read.
+    let isolation = relaxed.call(Method::GET, "/stats", None).await.json["isolation"].clone();
+    assert_eq!(isolation["in_place"], true, "{isolation}");
     for harness in [second, relaxed, third] {
         let _ = harness.table.delete().await;
     }

@@ -101,6 +101,8 @@ async fn dashboard_shows_what_the_api_shows_and_deletes_a_stack() {
     assert_eq!(text(&browser, "#stat-total").await, plain(&stats["total_stacks"]));
     assert_eq!(text(&browser, "#stat-active").await, plain(&stats["active_stacks"]));
     assert_eq!(text(&browser, "#stat-ports").await, plain(&stats["used_node_ports"]));
+    assert_eq!(stats["isolation"]["in_place"], true, "{}", stats["isolation"]);
+    assert_eq!(text(&browser, "#stat-isolation").await, "in place");
     let listed: BTreeSet<String> = api.call(Method::GET, "/stacks", None).await.json["stacks"]
         .as_array()
         .expect("stacks")
