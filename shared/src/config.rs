@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::deadlines::{CREATE_WORK_BUDGET, MAX_CREATE_QUEUE_WAIT, MAX_CREATE_WAIT};
+use crate::kube_names::{is_dns_label, is_dns_subdomain};
 use crate::model::Exposure;
 
 mod hardening;
@@ -539,18 +540,6 @@ fn parse_cidrs(v: &str) -> Result<Vec<String>, String> {
         }
     }
     Ok(cidrs)
-}
-
-fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(|label| label.len() <= 63 && is_dns_label(label))
 }
 
 #[cfg(test)]

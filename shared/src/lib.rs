@@ -7,6 +7,7 @@ pub mod deadlines;
 pub mod eks;
 pub mod history;
 pub mod init_error;
+mod kube_names;
 pub mod lifecycle;
 pub mod model;
 #[cfg(test)]

@@ -8,7 +8,14 @@ use std::path::Path;
 /// Bottom first.
 const LAYERS: &[&[&str]] = &[
     // What everything speaks: the domain types, the deadlines, the dashboard's data.
-    &["model", "deadlines", "history", "telemetry", "test_fixture"],
+    &[
+        "model",
+        "deadlines",
+        "history",
+        "telemetry",
+        "test_fixture",
+        "kube_names",
+    ],
     // Settings and the clients' plumbing.
     &["config", "aws", "eks", "init_error"],
     // The manifest's rules, and the two stores of truth: DynamoDB and the cluster.

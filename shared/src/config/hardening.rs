@@ -3,6 +3,8 @@
 //! and the taint of dedicated stack nodes (`STACK_NODE_TAINT`). Parsed here; the validator
 //! applies them.
 
+use crate::kube_names::{is_label_value, is_qualified_name};
+
 /// Always dropped, whatever the profile: raw sockets allow spoofing on the node network.
 pub const ALWAYS_DROPPED: &str = "NET_RAW";
 
@@ -175,36 +177,6 @@ pub(super) fn parse_node_taint(v: &str) -> Result<NodeTaint, String> {
         value: value.filter(|v| !v.is_empty()).map(str::to_owned),
         effect: effect.to_owned(),
     })
-}
-
-/// A label key: an optional DNS-subdomain prefix and `/`, then a name of at most 63 characters.
-fn is_qualified_name(key: &str) -> bool {
-    let (prefix, name) = match key.split_once('/') {
-        Some((prefix, name)) => (Some(prefix), name),
-        None => (None, key),
-    };
-    let prefix_ok = prefix.is_none_or(|p| {
-        p.len() <= 253
-            && p.split('.').all(|label| {
-                !label.is_empty()
-                    && label.len() <= 63
-                    && label
-                        .bytes()
-                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                    && !label.starts_with('-')
-                    && !label.ends_with('-')
-            })
-    });
-    prefix_ok && !name.is_empty() && is_label_value(name)
-}
-
-fn is_label_value(value: &str) -> bool {
-    let inner_ok = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.');
-    value.is_empty()
-        || (value.len() <= 63
-            && value.bytes().all(inner_ok)
-            && value.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
-            && value.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric()))
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::{Rejection, ValidationPolicy};
+use crate::kube_names::{is_label_value, is_qualified_name};
 use crate::model::{MANAGED_BY_LABEL, OWN_LABEL_PREFIX};
 
 const OS_LABEL: &str = "kubernetes.io/os";
@@ -118,38 +119,6 @@ pub(super) fn check(meta: &ObjectMeta, policy: &ValidationPolicy) -> Result<(), 
 
 /// The apiserver's limit on all annotations of an object.
 const MAX_ANNOTATION_BYTES: usize = 256 * 1024;
-
-/// Kubernetes' qualified name: `[prefix/]name`.
-fn is_qualified_name(key: &str) -> bool {
-    let (prefix, name) = match key.rsplit_once('/') {
-        Some((prefix, name)) => (Some(prefix), name),
-        None => (None, key),
-    };
-    let prefix_ok = prefix.is_none_or(|p| {
-        !p.is_empty()
-            && p.len() <= 253
-            && p.split('.').all(|label| {
-                !label.is_empty()
-                    && label
-                        .bytes()
-                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                    && !label.starts_with('-')
-                    && !label.ends_with('-')
-            })
-    });
-    prefix_ok && !name.is_empty() && is_label_value(name)
-}
-
-/// At most 63 of `[A-Za-z0-9._-]`, alphanumeric at both ends (empty allowed).
-fn is_label_value(value: &str) -> bool {
-    value.is_empty()
-        || (value.len() <= 63
-            && value
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-            && value.as_bytes()[0].is_ascii_alphanumeric()
-            && value.as_bytes()[value.len() - 1].is_ascii_alphanumeric())
-}
 
 /// `pattern` with `*` matching any run of characters but `/`.
 fn key_matches(pattern: &str, key: &str) -> bool {
