@@ -98,6 +98,9 @@ pub struct Config {
     /// `STACK_RUNTIME_CLASS`: the RuntimeClass every stack pod runs under (a sandboxed runtime
     /// such as gVisor's `runsc`); none: the nodes' default runtime.
     pub runtime_class: Option<String>,
+    /// `STACK_USER_NAMESPACES`: every stack pod gets `hostUsers: false` (root in a stack is an
+    /// unprivileged user of the node).
+    pub user_namespaces: bool,
     /// `STACK_ISOLATION_CHECK_IMAGE`: see `validate/isolation_check.rs`.
     pub isolation_check_image: Option<String>,
     /// `STACK_DROP_CAPABILITIES`: what every container loses (`NET_RAW`, or all).
@@ -278,6 +281,7 @@ impl Config {
                 .map(|v| split_list(&v))
                 .unwrap_or_default(),
             runtime_class: env.string("STACK_RUNTIME_CLASS"),
+            user_namespaces: env.parse("STACK_USER_NAMESPACES", false, parse_bool),
             isolation_check_image: env.string("STACK_ISOLATION_CHECK_IMAGE"),
             drop_capabilities: env.parse(
                 "STACK_DROP_CAPABILITIES",

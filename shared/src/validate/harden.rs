@@ -60,6 +60,10 @@ pub(super) fn apply(pod: &mut Pod, stack_id: &StackId, policy: &ValidationPolicy
     }
     // The operator's sandbox for every stack; the validator refused the manifest's own.
     spec.runtime_class_name = policy.runtime_class.clone();
+    // Root in the stack maps to an unprivileged user of the node; a manifest may ask it too.
+    if policy.user_namespaces {
+        spec.host_users = Some(false);
+    }
     // First of the init containers: nothing of the stack runs before its isolation holds.
     if let Some(image) = &policy.isolation_check_image {
         let inits = spec.init_containers.get_or_insert_with(Vec::new);

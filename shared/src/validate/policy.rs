@@ -24,6 +24,8 @@ pub struct ValidationPolicy {
     pub image_allowlist: Vec<String>,
     /// `STACK_RUNTIME_CLASS`: forced as `runtimeClassName` (a manifest may not choose one).
     pub runtime_class: Option<String>,
+    /// `STACK_USER_NAMESPACES`: forced `hostUsers: false`.
+    pub user_namespaces: bool,
     /// `STACK_ISOLATION_CHECK_IMAGE`: the image of the init container that holds every stack
     /// back until its isolation is enforced (`isolation_check.rs`); none, no check.
     pub isolation_check_image: Option<String>,
@@ -80,6 +82,7 @@ impl ValidationPolicy {
             ephemeral_storage_limit,
             image_allowlist: config.image_allowlist.clone(),
             runtime_class: config.runtime_class.clone(),
+            user_namespaces: config.user_namespaces,
             isolation_check_image: config.isolation_check_image.clone(),
             drop_capabilities: config.drop_capabilities,
             add_back_capabilities: config.add_back_capabilities.clone(),

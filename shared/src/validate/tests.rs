@@ -29,6 +29,7 @@ pub(super) fn policy() -> ValidationPolicy {
         ephemeral_storage_limit: 1 << 30,
         image_allowlist: Vec::new(),
         runtime_class: None,
+        user_namespaces: false,
         isolation_check_image: None,
         drop_capabilities: crate::config::DropCapabilities::NetRaw,
         add_back_capabilities: strings(crate::config::BASELINE_CAPABILITIES),

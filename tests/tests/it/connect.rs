@@ -156,6 +156,40 @@ async fn the_runtime_applies_the_forced_hardening_seen_from_inside() {
 }
 
 #[tokio::test]
+async fn with_user_namespaces_root_in_a_stack_is_an_unprivileged_user_of_the_node() {
+    let api = on_real_nodes("hostport", (32726, 32727), &[("STACK_USER_NAMESPACES", "true")]).await;
+    let challenge = Challenge::local(api.registry(), "tcp");
+    let (id, address) = create_running(&api, &challenge, json!(8080)).await;
+    let said = banner(address).await;
+    assert!(said.lines().next().unwrap_or_default().ends_with("as uid 0"), "{said}");
+    // "0 <host uid> 65536": root here is a high, unprivileged uid on the node.
+    let map: Vec<u64> = status_field(&said, "uid_map")
+        .unwrap_or_else(|| panic!("no uid_map in {said}"))
+        .split_whitespace()
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    assert_eq!(map.len(), 3, "{said}");
+    assert_eq!(map[0], 0, "{said}");
+    assert!(map[1] >= 65536, "root maps to an unprivileged node uid: {said}");
+    assert_eq!(map[2], 65536, "{said}");
+    assert_eq!(
+        status_field(&said, "Seccomp"),
+        Some("2"),
+        "the rest of the hardening holds: {said}"
+    );
+    delete(&api, &id).await;
+
+    // Without the setting, root is the node's root (what the setting exists to change).
+    let plain = on_real_nodes("hostport", (32728, 32729), &[]).await;
+    let (id, address) = create_running(&plain, &challenge, json!(8080)).await;
+    let said = banner(address).await;
+    assert_eq!(status_field(&said, "uid_map"), Some("0 0 4294967295"), "{said}");
+    delete(&plain, &id).await;
+    plain.finish().await;
+    api.finish().await;
+}
+
+#[tokio::test]
 async fn an_authors_tightening_is_applied_seen_from_inside() {
     let api = on_real_nodes("hostport", (32708, 32709), &[]).await;
     // The tcp image runs as root with a writable root filesystem unless its manifest says not.

@@ -77,6 +77,28 @@ fn the_operators_runtime_class_is_forced_and_none_is_left_alone() {
 }
 
 #[test]
+fn user_namespaces_are_forced_when_the_operator_says_so() {
+    let hardened = run(&serde_yaml::to_string(&base()).unwrap()).unwrap();
+    assert_eq!(hardened.pod.spec.unwrap().host_users, None);
+    let mapped = ValidationPolicy {
+        user_namespaces: true,
+        ..policy()
+    };
+    let hardened = validate(
+        &serde_yaml::to_string(&base()).unwrap(),
+        &[tcp(80)],
+        &stack_id(),
+        &mapped,
+    )
+    .unwrap();
+    assert_eq!(hardened.pod.spec.unwrap().host_users, Some(false));
+    // The manifest cannot opt out.
+    let opted_out = edited(&[("/spec/hostUsers", json!(true))]);
+    let r = validate(&opted_out, &[tcp(80)], &stack_id(), &mapped).unwrap_err();
+    assert_eq!(r.path, "spec.hostUsers");
+}
+
+#[test]
 fn with_the_isolation_check_every_stack_starts_with_it_hardened_like_the_rest() {
     let checked = ValidationPolicy {
         isolation_check_image: Some("registry.example/busybox:1".into()),
