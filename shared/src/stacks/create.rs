@@ -40,7 +40,8 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::{StackError, Stacks, fit, signed};
 use crate::cluster::{
-    PodDeletion, PodHealth, STACK_NODES_TTL, Scheduling, is_port_conflict, pod_health, scheduling_of, with_host_ports,
+    ClusterError, PodDeletion, PodHealth, STACK_NODES_TTL, Scheduling, is_port_conflict, pod_health, scheduling_of,
+    with_host_ports,
 };
 use crate::config::OnUnschedulable;
 use crate::deadlines::{ABANDONED_CLAIM_AGE, CREATE_CLEANUP_BUDGET, CREATE_WORK_BUDGET};
@@ -301,7 +302,9 @@ impl Stacks {
                 Err(rejection) => refusal = Some(rejection),
             }
         }
-        refusal.map_or(Ok(()), |rejection| Err(rejection.into()))
+        refusal.map_or(Ok(()), |rejection| {
+            Err(fit_refusal(rejection, self.config.user_namespaces))
+        })
     }
 
     /// What is left of `STACK_CREATE_WAIT`.
@@ -486,6 +489,17 @@ fn not_placed() -> ObservedState {
     }
 }
 
+/// A pod no stack node can run is the manifest's fault (400), unless what no node supports is
+/// what the operator forced (`STACK_USER_NAMESPACES` on nodes without user namespaces): then
+/// every create would fail the same way, and the operator must act (503, as for a missing guard).
+fn fit_refusal(rejection: validate::Rejection, user_namespaces_forced: bool) -> StackError {
+    if user_namespaces_forced && rejection.path == "spec.hostUsers" {
+        let why = format!("STACK_USER_NAMESPACES is on, but hostUsers: {}", rejection.problem);
+        return ClusterError::Unguarded(why).into();
+    }
+    rejection.into()
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -495,6 +509,21 @@ mod tests {
     use super::*;
     use crate::cluster::kubelet;
     use crate::model::FailureReason;
+
+    #[test]
+    fn nodes_without_user_namespaces_are_the_operators_problem_when_the_operator_forced_them() {
+        let no_support = || validate::Rejection::new("spec.hostUsers", "false needs user namespaces, ...");
+        assert_eq!(
+            fit_refusal(no_support(), false).class(),
+            crate::stacks::ErrorClass::Invalid
+        );
+        let forced = fit_refusal(no_support(), true);
+        assert_eq!(forced.class(), crate::stacks::ErrorClass::Unavailable);
+        assert!(forced.to_string().contains("STACK_USER_NAMESPACES is on"), "{forced}");
+        // Anything else no node can run stays the manifest's fault.
+        let affinity = validate::Rejection::new("spec.nodeSelector", "match no stack node");
+        assert_eq!(fit_refusal(affinity, true).class(), crate::stacks::ErrorClass::Invalid);
+    }
 
     const RULES: Rules = Rules {
         scheduling_timeout: Duration::from_secs(20),
