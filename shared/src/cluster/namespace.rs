@@ -8,7 +8,7 @@
 //! created only once its binding exists and the namespace is one it selects.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding;
@@ -46,7 +46,8 @@ pub(crate) struct NamespaceGuard {
     policy: NamespacePolicy,
     exposure: Exposure,
     ensured: OnceCell<()>,
-    last_isolation: Mutex<Option<(Instant, IsolationReport)>>,
+    last_isolation: tokio::sync::Mutex<Option<(Instant, IsolationReport)>>,
+    legacy_removed: AtomicBool,
 }
 
 /// What `/stats` and the dashboard say of the isolation.
@@ -70,7 +71,8 @@ impl NamespaceGuard {
             policy,
             exposure,
             ensured: OnceCell::new(),
-            last_isolation: Mutex::new(None),
+            last_isolation: tokio::sync::Mutex::new(None),
+            legacy_removed: AtomicBool::new(false),
         }
     }
 
@@ -86,9 +88,11 @@ impl NamespaceGuard {
 
     /// The isolation as last checked, checked again when older than [`ISOLATION_CHECK_TTL`];
     /// a widened one is checked on every call, so that its repair shows at once.
+    /// One check at a time: creates arriving together wait for it and share its answer.
     pub(crate) async fn isolation(&self) -> Result<IsolationReport, ClusterError> {
         self.ensured.get_or_try_init(|| self.create_guard_rails()).await?;
-        if let Some((at, report)) = self.last_report().as_ref()
+        let mut last = self.last_isolation.lock().await;
+        if let Some((at, report)) = last.as_ref()
             && report.in_place
             && at.elapsed() < ISOLATION_CHECK_TTL
         {
@@ -104,14 +108,8 @@ impl NamespaceGuard {
             problems,
             checked_per_stack: self.policy.checked_per_stack,
         };
-        *self.last_report() = Some((Instant::now(), report.clone()));
+        *last = Some((Instant::now(), report.clone()));
         Ok(report)
-    }
-
-    fn last_report(&self) -> std::sync::MutexGuard<'_, Option<(Instant, IsolationReport)>> {
-        self.last_isolation
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Applies the isolation policy (server-side apply: an edited one is put back), removes
@@ -126,10 +124,15 @@ impl NamespaceGuard {
             )
             .await
             .map_err(|e| ClusterError::from_kube("apply network policy", e))?;
-        match policies.delete(LEGACY_POLICY_NAME, &DeleteParams::default()).await {
-            Ok(_) => tracing::info!(namespace = %self.namespace, "removed the legacy egress guard"),
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(ClusterError::from_kube("delete network policy", e)),
+        // Earlier versions' egress guard allowed private ranges: gone once ours is in place, and
+        // once per process is enough.
+        if !self.legacy_removed.load(Ordering::Relaxed) {
+            match policies.delete(LEGACY_POLICY_NAME, &DeleteParams::default()).await {
+                Ok(_) => tracing::info!(namespace = %self.namespace, "removed the legacy egress guard"),
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(ClusterError::from_kube("delete network policy", e)),
+            }
+            self.legacy_removed.store(true, Ordering::Relaxed);
         }
         let list = policies
             .list(&ListParams::default())
