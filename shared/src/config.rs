@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::deadlines::{CREATE_WORK_BUDGET, MAX_CREATE_QUEUE_WAIT, MAX_CREATE_WAIT};
 use crate::kube_names::{is_dns_label, is_dns_subdomain};
 use crate::model::Exposure;
+use crate::tenancy::{KeyRing, Tenants};
 
 mod hardening;
 
@@ -129,8 +130,10 @@ pub struct Config {
     pub kube_qps: f32,
     pub kube_burst: u32,
     pub api_key_enabled: bool,
-    /// Set only when `api_key_enabled`.
-    pub api_key: Option<String>,
+    /// `STACK_TENANTS`: the deployment's tenants and their limits.
+    pub tenants: Tenants,
+    /// `API_KEYS` and `API_KEY`: who each key is; empty unless `api_key_enabled`.
+    pub keys: KeyRing,
     pub listen_addr: SocketAddr,
     pub orphan_grace: Duration,
     pub reap_terminated: bool,
@@ -228,8 +231,21 @@ impl Config {
             problems: Vec::new(),
         };
         let api_key_enabled = env.parse("API_KEY_ENABLED", true, parse_bool);
+        let tenants = env.parse("STACK_TENANTS", Tenants::default(), Tenants::parse);
         // Required only by the API (see `require_api_key`): the reconciler needs no key.
-        let api_key = env.string("API_KEY");
+        let keys = if api_key_enabled {
+            KeyRing::parse(
+                env.string("API_KEYS").as_deref(),
+                env.string("API_KEY").as_deref(),
+                &tenants,
+            )
+            .unwrap_or_else(|problems| {
+                env.problems.extend(problems);
+                KeyRing::default()
+            })
+        } else {
+            KeyRing::default()
+        };
         let on_unschedulable = env.parse("STACK_ON_UNSCHEDULABLE", OnUnschedulable::Fail, parse_on_unschedulable);
         let scheduling_timeout = env.parse(
             "STACK_SCHEDULING_TIMEOUT",
@@ -341,7 +357,8 @@ impl Config {
             kube_qps: env.parse("K8S_CLIENT_QPS", 50.0, parse_positive_f32),
             kube_burst: env.parse("K8S_CLIENT_BURST", 100, parse_num),
             api_key_enabled,
-            api_key: api_key.filter(|_| api_key_enabled),
+            tenants,
+            keys,
             listen_addr: env.parse("LISTEN_ADDR", SocketAddr::from(([127, 0, 0, 1], 8081)), |v| {
                 v.parse().map_err(|_| "expected host:port".to_string())
             }),
@@ -417,9 +434,9 @@ impl Config {
 
     /// The API refuses to start without a key while keys are enabled (the reconciler needs none).
     pub fn require_api_key(&self) -> Result<(), ConfigError> {
-        if self.api_key_enabled && self.api_key.is_none() {
+        if self.api_key_enabled && self.keys.is_empty() {
             return Err(ConfigError {
-                problems: vec!["API_KEY: required when API_KEY_ENABLED is true".into()],
+                problems: vec!["API_KEYS or API_KEY: required when API_KEY_ENABLED is true".into()],
             });
         }
         Ok(())
@@ -570,7 +587,7 @@ mod tests {
         assert!(c.require_isolation);
         assert_eq!(c.isolation, Isolation::default());
         assert!(c.consistent_read);
-        assert_eq!(c.api_key.as_deref(), Some("k"));
+        assert_eq!(c.keys.identify("k").map(|p| p.role), Some(crate::tenancy::Role::Owner));
         assert_eq!(c.listen_addr.to_string(), "127.0.0.1:8081");
         assert_eq!(c.orphan_grace, Duration::from_secs(120));
         assert_eq!(c.reconcile_concurrency, 16);
@@ -778,7 +795,7 @@ mod tests {
     #[test]
     fn api_key_required_only_while_enabled() {
         let c = config(&[("API_KEY_ENABLED", "false"), ("API_KEY", "ignored")]).unwrap();
-        assert_eq!(c.api_key, None);
+        assert!(c.keys.is_empty());
         assert_eq!(c.require_api_key(), Ok(()));
         let missing = config(&[]).unwrap().require_api_key().unwrap_err();
         assert!(missing.to_string().contains("API_KEY"), "{missing}");

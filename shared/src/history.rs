@@ -57,6 +57,8 @@ pub enum RefusalReason {
     Conflict,
     NoNodePort,
     Saturated,
+    /// The tenant held its limit of stacks (`STACK_TENANTS`).
+    TenantLimit,
     Unavailable,
     Internal,
 }
@@ -68,6 +70,7 @@ impl RefusalReason {
             Self::Conflict => "conflict",
             Self::NoNodePort => "no_nodeport",
             Self::Saturated => "saturated",
+            Self::TenantLimit => "tenant_limit",
             Self::Unavailable => "unavailable",
             Self::Internal => "internal",
         }

@@ -16,6 +16,7 @@ pub mod reconcile;
 pub mod stacks;
 pub mod store;
 pub mod telemetry;
+pub mod tenancy;
 #[cfg(any(test, feature = "test-fixtures"))]
 mod test_fixture;
 pub mod validate;

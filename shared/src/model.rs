@@ -7,6 +7,8 @@ use std::str::FromStr;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+use crate::tenancy::{Scope, TenantId};
+
 /// Label every object we create carries; the reconciler only ever deletes objects with it.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY_VALUE: &str = "stack-provisioner";
@@ -361,6 +363,9 @@ pub struct StackRecord {
     /// the manifest again; records written before this field have none (`None`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<BTreeMap<String, String>>,
+    /// Whose stack it is; records written before tenants existed belong to `default`.
+    #[serde(default)]
+    pub tenant: TenantId,
 }
 
 impl StackRecord {
@@ -642,6 +647,9 @@ pub struct BatchDeleteJob {
     pub pending: Vec<String>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
+    /// Whose stacks it may delete (jobs stored before tenants existed: all).
+    #[serde(default)]
+    pub scope: Scope,
 }
 
 impl BatchDeleteJob {

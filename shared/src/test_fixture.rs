@@ -31,6 +31,7 @@ impl StackRecord {
             message: None,
             failed_at: None,
             labels: None,
+            tenant: crate::tenancy::TenantId::default(),
         }
     }
 

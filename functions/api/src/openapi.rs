@@ -8,7 +8,7 @@ use stack_core::model::{PortMapping, Protocol};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
 
-use crate::routes::{batch, dashboard, health, history, stacks};
+use crate::routes::{batch, dashboard, health, history, identity, stacks};
 
 /// Every error: `{"error": "<message>"}`.
 #[derive(Serialize, ToSchema)]
@@ -95,8 +95,13 @@ impl Modify for ApiKeyScheme {
 #[openapi(
     info(
         title = "stack-provisioner",
-        description = "Isolated per-participant CTF challenge stacks (a Pod and a NodePort Service each). \
-            Every route but /openapi.json and /dashboard needs the key in `X-API-KEY`.",
+        description = "Isolated per-participant CTF challenge stacks (a Pod, exposed by a NodePort Service \
+            or host ports). Every route but /openapi.json and /dashboard needs the key in `X-API-KEY`. \
+            A key belongs to one tenant (or, for operator and viewer keys, every tenant) and has a role: \
+            `platform` (create, read, renew, delete), `operator` (read, renew, delete, stats, history, batch \
+            delete), `viewer` (read, stats, history) or `owner` (all; the key of a single-key deployment). \
+            A route the role may not use answers 403; a stack or job of another tenant answers 404, \
+            exactly as one that does not exist. `GET /identity` tells a key what it is.",
     ),
     paths(
         health::healthz,
@@ -110,6 +115,7 @@ impl Modify for ApiKeyScheme {
         batch::start,
         batch::get,
         history::history,
+        identity::identity,
         dashboard::page,
         openapi_json,
     ),
@@ -155,6 +161,7 @@ mod tests {
             "/stacks/batch-delete/{job_id}",
             "/stats",
             "/history",
+            "/identity",
             "/dashboard",
             "/openapi.json",
         ] {

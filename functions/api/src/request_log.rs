@@ -1,5 +1,5 @@
-//! One JSON log line per request: method, route, status, latency, stack id. Never the API
-//! key, never a body.
+//! One JSON log line per request: method, route, status, latency, stack id and the short id
+//! of the key (a prefix of its hash). Never the API key, never a body.
 
 use std::time::Instant;
 
@@ -30,12 +30,18 @@ pub async fn log_request(request: Request, next: Next) -> Response {
         .map(|s| s.0.clone())
         .or(path_stack_id)
         .unwrap_or_default();
+    let key_id = response
+        .extensions()
+        .get::<crate::auth::LoggedKeyId>()
+        .map(|k| k.0.clone())
+        .unwrap_or_default();
     tracing::info!(
         method = %method,
         route = %route,
         status = response.status().as_u16(),
         latency_ms = started.elapsed().as_secs_f64() * 1000.0,
         stack_id = %stack_id,
+        key_id = %key_id,
         "request"
     );
     response

@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use crate::error::ApiError;
-use crate::routes::{batch, dashboard, health, history, stacks};
+use crate::routes::{batch, dashboard, health, history, identity, stacks};
 use crate::state::AppState;
 use crate::{auth, deadline, request_log};
 
@@ -35,13 +35,14 @@ pub fn router(state: AppState) -> Router {
         .route("/stacks/{stack_id}/renew", post(stacks::renew))
         .route("/stats", get(stacks::stats))
         .route("/history", get(history::history))
+        .route("/identity", get(identity::identity))
         .route("/openapi.json", get(crate::openapi::openapi_json))
         .route("/dashboard", get(dashboard::page))
         .route("/dashboard/{file}", get(dashboard::file))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "route not found") })
         .method_not_allowed_fallback(|| async { ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed") })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(middleware::from_fn_with_state(state.clone(), auth::require_api_key))
+        .layer(middleware::from_fn_with_state(state.clone(), auth::authorize))
         .layer(middleware::from_fn(deadline::enforce))
         .layer(middleware::from_fn(json_errors))
         .layer(middleware::from_fn(request_log::log_request))

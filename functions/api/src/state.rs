@@ -6,32 +6,33 @@ use std::sync::Arc;
 use stack_core::config::{Config, ConfigError};
 use stack_core::stacks::{SetupError, Stacks};
 use stack_core::store::Store;
+use stack_core::tenancy::KeyRing;
 
 #[derive(Clone)]
 pub struct AppState {
     pub stacks: Arc<Stacks>,
-    pub api_key: Option<Arc<str>>,
+    /// `API_KEY_ENABLED`: without it every request is an owner of every tenant.
+    pub api_key_enabled: bool,
+    pub keys: Arc<KeyRing>,
 }
 
 impl AppState {
     pub async fn from_config(config: Config) -> Result<Self, SetupError> {
-        let api_key = api_key(&config);
+        let (api_key_enabled, keys) = (config.api_key_enabled, Arc::new(config.keys.clone()));
         Ok(Self {
             stacks: Arc::new(Stacks::connect(config).await?),
-            api_key,
+            api_key_enabled,
+            keys,
         })
     }
 
     /// State over existing clients (tests build their own).
     pub fn with_clients(config: Config, store: Store, client: kube::Client) -> Result<Self, ConfigError> {
-        let api_key = api_key(&config);
+        let (api_key_enabled, keys) = (config.api_key_enabled, Arc::new(config.keys.clone()));
         Ok(Self {
             stacks: Arc::new(Stacks::from_config(config, store, client)?),
-            api_key,
+            api_key_enabled,
+            keys,
         })
     }
-}
-
-fn api_key(config: &Config) -> Option<Arc<str>> {
-    config.api_key.as_deref().map(Arc::from)
 }

@@ -49,6 +49,11 @@ pub trait StackRemover: Sync {
     ) -> impl Future<Output = Result<(), RemoveError>> + Send;
     /// The record's objects are gone: what this process remembers of its ports may go too.
     fn objects_released(&self, _record: &StackRecord) {}
+    /// The record's objects are gone: its tenant's slot is free again. Never fails a removal
+    /// (what is left, the reconciler releases).
+    fn release_tenant_slot(&self, _record: &StackRecord) -> impl Future<Output = ()> + Send {
+        async {}
+    }
     fn write_observed(
         &self,
         id: &StackId,
@@ -105,6 +110,7 @@ pub async fn end_stack<R: StackRemover>(remover: &R, removal: &Removal, now: Tim
     )
     .await?;
     remover.objects_released(&removal.record);
+    remover.release_tenant_slot(&removal.record).await;
     if removal.reason.keeps_record() {
         return Ok(());
     }

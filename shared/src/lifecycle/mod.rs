@@ -84,6 +84,8 @@ pub enum RemovalReason {
     RetentionEnded,
     /// A client deleted it.
     Deleted,
+    /// Its tenant was removed from `STACK_TENANTS`.
+    TenantRemoved,
 }
 
 impl RemovalReason {

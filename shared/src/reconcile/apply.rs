@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use futures::stream::{self, StreamExt};
 use jiff::Timestamp;
 
-use super::plan::Action;
+use super::plan::{Action, HoldRepair};
 use crate::cluster::ClusterError;
 use crate::history::PassCounts;
 use crate::lifecycle::end::{RecordWrite, RemoveError, StackRemover};
@@ -41,6 +41,7 @@ impl From<RemoveError> for ApplyError {
 pub trait Effects: StackRemover {
     /// Frees an Idempotency-Key if it still belongs to `stack_id`.
     fn release_claim(&self, key: &str, stack_id: &StackId) -> impl Future<Output = Result<(), ApplyError>> + Send;
+    fn repair_hold(&self, repair: &HoldRepair) -> impl Future<Output = Result<(), ApplyError>> + Send;
     fn advance_job(
         &self,
         job: BatchDeleteJob,
@@ -84,7 +85,8 @@ impl Kind {
             Action::DeleteOrphan { .. } => Kind::Orphan,
             Action::UpdateStatus { .. } => Kind::StatusUpdate,
             Action::ResumeJob(_) => Kind::Job,
-            Action::ReleaseClaim { .. } => Kind::Orphan,
+            Action::ReleaseClaim { .. } | Action::RepairHold(HoldRepair::Release { .. }) => Kind::Orphan,
+            Action::RepairHold(HoldRepair::Add { .. }) => Kind::Drift,
         }
     }
 }
@@ -155,6 +157,13 @@ async fn run<E: Effects>(effects: &E, action: Action, stop_at: Instant, now: Tim
                 Outcome::Done
             }
             Err(err) => failed(&err, "release idempotency key", stack_id.as_str()),
+        },
+        Action::RepairHold(repair) => match effects.repair_hold(&repair).await {
+            Ok(()) => {
+                tracing::info!(?repair, "tenant hold repaired");
+                Outcome::Done
+            }
+            Err(err) => failed(&err, "repair tenant hold", &format!("{repair:?}")),
         },
         Action::ResumeJob(job) => {
             let job_id = job.job_id.clone();
@@ -251,6 +260,9 @@ mod tests {
         async fn release_claim(&self, key: &str, _: &StackId) -> Result<(), ApplyError> {
             Ok(self.call(format!("claim/{key}")).await?)
         }
+        async fn repair_hold(&self, repair: &HoldRepair) -> Result<(), ApplyError> {
+            Ok(self.call(format!("hold/{repair:?}")).await?)
+        }
         async fn advance_job(&self, job: BatchDeleteJob, _: Duration) -> Result<JobProgress, ApplyError> {
             self.call(format!("job/{}", job.job_id)).await?;
             Ok(self.job_run.unwrap_or(JobProgress::Finished))
@@ -301,6 +313,7 @@ mod tests {
             pending: vec!["stack-1".into()],
             created_at: now,
             updated_at: now,
+            scope: Default::default(),
         })
     }
 

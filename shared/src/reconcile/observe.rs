@@ -4,6 +4,7 @@ use super::plan::Snapshot;
 use crate::cluster::{Cluster, ClusterError};
 use crate::lifecycle::views::{NodeView, PodView, ServiceView};
 use crate::store::{Manifest, Store, StoreError};
+use crate::tenancy::Tenants;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ObserveError {
@@ -17,7 +18,23 @@ pub enum ObserveError {
 /// service before the record, so any listed record's objects existed before they were listed;
 /// any node a listed pod is bound to existed before the node list. A missing object is then
 /// really gone, not merely created after its list call.
-pub async fn observe(store: &Store, cluster: &Cluster) -> Result<Snapshot, ObserveError> {
+///
+/// Holds are read before the records: a create writes its hold before its record, so a
+/// listed hold whose record is missing is a create in flight (young) or dead (old), never a
+/// record listed too early.
+pub async fn observe(store: &Store, cluster: &Cluster, tenants: &Tenants) -> Result<Snapshot, ObserveError> {
+    let limited = tenants
+        .iter()
+        .filter(|(_, limit)| limit.is_some())
+        .map(|(tenant, _)| tenant);
+    let holds = futures::future::try_join_all(limited.map(|tenant| async move {
+        let holds = store.list_tenant_holds(tenant).await?;
+        Ok::<_, StoreError>(holds.into_iter().map(|hold| (tenant.clone(), hold)).collect::<Vec<_>>())
+    }))
+    .await?
+    .into_iter()
+    .flatten()
+    .collect();
     let (listing, jobs, claims) = tokio::try_join!(
         store.list_stacks(Manifest::Omit),
         store.list_unfinished_jobs(),
@@ -37,5 +54,6 @@ pub async fn observe(store: &Store, cluster: &Cluster) -> Result<Snapshot, Obser
         nodes: nodes.iter().filter_map(NodeView::of).collect(),
         jobs,
         claims,
+        holds,
     })
 }

@@ -51,6 +51,7 @@ pub fn plan_config(config: &Config) -> PlanConfig {
         orphan_grace: config.orphan_grace,
         rules: Rules::of(config),
         job_idle: JOB_IDLE,
+        tenants: config.tenants.clone(),
     }
 }
 
@@ -90,7 +91,7 @@ async fn reconcile(reconciler: &Reconciler, stop_at: Instant) -> Result<(Summary
     // record counts as expired only if its TTL had passed before it was read, so a renewal
     // that raced the read cannot be undone by this pass.
     let now = Timestamp::now();
-    let snapshot = observe(stacks.store(), stacks.cluster()).await?;
+    let snapshot = observe(stacks.store(), stacks.cluster(), &stacks.config().tenants).await?;
     let mut history = PassSnapshot::observed(now, &snapshot.records);
     let plan = plan(snapshot, now, &reconciler.plan);
     history.count_removals(&plan.actions);

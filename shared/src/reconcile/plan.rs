@@ -7,10 +7,12 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
+use crate::lifecycle::RemovalReason;
 use crate::lifecycle::views::{NodeView, ObjectView, PodView, ServiceView};
 use crate::lifecycle::{ObjectKind, Observed, Removal, Rules, Verdict, judge, older_than};
 use crate::model::{BatchDeleteJob, ObservedState, StackId, StackRecord};
-use crate::store::IdempotencyClaim;
+use crate::store::{IdempotencyClaim, TenantHold};
+use crate::tenancy::{TenantId, Tenants};
 
 /// The settings the plan depends on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +27,9 @@ pub struct PlanConfig {
     /// How long an unfinished batch-delete job must have made no progress before the
     /// reconciler takes it over from whoever started it.
     pub job_idle: Duration,
+    /// `STACK_TENANTS`: a stack of a tenant no longer listed ends; tenants with a limit have
+    /// their holds repaired.
+    pub tenants: Tenants,
 }
 
 /// Everything one pass observed.
@@ -40,6 +45,8 @@ pub struct Snapshot {
     pub jobs: Vec<BatchDeleteJob>,
     /// Idempotency-Key claims, by key.
     pub claims: Vec<(String, IdempotencyClaim)>,
+    /// The holds of every tenant with a limit (see `stacks::tenant_limit`).
+    pub holds: Vec<(TenantId, TenantHold)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,6 +70,18 @@ pub enum Action {
         key: String,
         stack_id: StackId,
     },
+    /// A tenant hold to write or delete so that the holds are the tenant's live stacks.
+    RepairHold(HoldRepair),
+}
+
+/// How a tenant's holds differ from its live stacks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HoldRepair {
+    /// A hold whose stack has no live record (a dead create's, older than the orphan grace;
+    /// or of a stack failed or gone whose release did not land).
+    Release { tenant: TenantId, stack_id: StackId },
+    /// A live stack of a tenant with a limit that holds nothing (made before the limit).
+    Add { tenant: TenantId, hold: TenantHold },
 }
 
 /// What one pass should do, most urgent first: removals free capacity, status updates only
@@ -133,7 +152,15 @@ pub fn plan(snapshot: Snapshot, now: Timestamp, config: &PlanConfig) -> Plan {
         let service = record.service().and_then(|name| objects.services.get(name).copied());
         let node = pod.and_then(|p| objects.nodes.get(p.scheduling.node()?).copied());
         let observed = Observed { pod, service, node };
-        match judge(record, observed, now, &config.rules) {
+        let verdict = if config.tenants.contains(&record.tenant) {
+            judge(record, observed, now, &config.rules)
+        } else {
+            Verdict::End {
+                reason: RemovalReason::TenantRemoved,
+                mark: None,
+            }
+        };
+        match verdict {
             Verdict::Keep => {}
             Verdict::Update(observed) => updates.push(Action::UpdateStatus {
                 stack_id: record.stack_id.clone(),
@@ -188,6 +215,9 @@ pub fn plan(snapshot: Snapshot, now: Timestamp, config: &PlanConfig) -> Plan {
             });
         }
     }
+    result
+        .actions
+        .extend(hold_repairs(&snapshot, &removed_ids(&result.actions), now, config));
     for job in &snapshot.jobs {
         if !job.status.is_finished() && older_than(Some(job.updated_at), now, config.job_idle) {
             result.actions.push(Action::ResumeJob(job.clone()));
@@ -195,6 +225,58 @@ pub fn plan(snapshot: Snapshot, now: Timestamp, config: &PlanConfig) -> Plan {
     }
     result.actions.extend(updates);
     result
+}
+
+/// Stacks this plan ends (their holds go with them).
+fn removed_ids(actions: &[Action]) -> HashSet<StackId> {
+    actions
+        .iter()
+        .filter_map(|action| match action {
+            Action::Remove(removal) => Some(removal.record.stack_id.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The holds of each tenant with a limit brought in line with its live stacks: a stack holds
+/// a slot while its record is live (not a tombstone) and this pass does not end it; a hold
+/// younger than the orphan grace may be a create in flight, and stays.
+fn hold_repairs(snapshot: &Snapshot, removed: &HashSet<StackId>, now: Timestamp, config: &PlanConfig) -> Vec<Action> {
+    let live: HashMap<&StackId, &StackRecord> = snapshot
+        .records
+        .iter()
+        .filter(|r| !r.status.is_tombstone() && !removed.contains(&r.stack_id))
+        .map(|r| (&r.stack_id, r))
+        .collect();
+    let held: HashSet<(&TenantId, &StackId)> = snapshot.holds.iter().map(|(t, h)| (t, &h.stack_id)).collect();
+    let mut repairs = Vec::new();
+    for (tenant, hold) in &snapshot.holds {
+        let owned = live.get(&hold.stack_id).is_some_and(|r| &r.tenant == tenant);
+        let recorded = snapshot.records.iter().any(|r| r.stack_id == hold.stack_id);
+        let stale = if recorded {
+            !owned
+        } else {
+            older_than(Some(hold.held_at), now, config.orphan_grace)
+        };
+        if stale {
+            repairs.push(Action::RepairHold(HoldRepair::Release {
+                tenant: tenant.clone(),
+                stack_id: hold.stack_id.clone(),
+            }));
+        }
+    }
+    for record in snapshot.records.iter().filter(|r| live.contains_key(&r.stack_id)) {
+        if config.tenants.limit(&record.tenant).is_some() && !held.contains(&(&record.tenant, &record.stack_id)) {
+            repairs.push(Action::RepairHold(HoldRepair::Add {
+                tenant: record.tenant.clone(),
+                hold: TenantHold {
+                    stack_id: record.stack_id.clone(),
+                    held_at: record.created_at,
+                },
+            }));
+        }
+    }
+    repairs
 }
 
 #[cfg(test)]
@@ -223,6 +305,7 @@ mod tests {
                 proxy_sync: Duration::from_secs(1),
             },
             job_idle: Duration::from_secs(30),
+            tenants: Tenants::default(),
         }
     }
 
@@ -320,6 +403,7 @@ mod tests {
             nodes: vec![node("n1", "203.0.113.1")],
             jobs: vec![],
             claims: vec![],
+            holds: vec![],
         }
     }
 
@@ -350,6 +434,7 @@ mod tests {
             pending: vec![id(9).to_string()],
             created_at: ago(3600),
             updated_at: ago(updated_secs_ago),
+            scope: Default::default(),
         }
     }
 
@@ -910,6 +995,7 @@ mod tests {
             .map(|a| match a {
                 Action::Remove(_) => "remove",
                 Action::DeleteOrphan { .. } | Action::ReleaseClaim { .. } => "orphan",
+                Action::RepairHold(_) => "hold",
                 Action::ResumeJob(_) => "job",
                 Action::UpdateStatus { .. } => "update",
             })

@@ -62,6 +62,7 @@ fn removal_reason(reason: RemovalReason) -> &'static str {
         RemovalReason::Failed => "failed",
         RemovalReason::RetentionEnded => "retention_ended",
         RemovalReason::Deleted => "deleted",
+        RemovalReason::TenantRemoved => "tenant_removed",
     }
 }
 

@@ -9,6 +9,7 @@ use jiff::Timestamp;
 use super::{StackError, Stacks};
 use crate::model::{BatchDeleteJob, JobError, JobStatus, StackId, is_job_id, new_job_id};
 use crate::store::StoreError;
+use crate::tenancy::Scope;
 
 const CHUNK: usize = 16;
 
@@ -30,17 +31,25 @@ pub enum JobProgress {
 
 impl Stacks {
     /// Validates the ids and stores a queued job.
-    pub async fn start_batch_delete(&self, ids: &[String]) -> Result<BatchDeleteJob, StackError> {
-        let job = new_job(ids, Timestamp::now())?;
+    /// The job deletes only stacks `scope` covers; the others count as `not_found`.
+    pub async fn start_batch_delete(&self, ids: &[String], scope: &Scope) -> Result<BatchDeleteJob, StackError> {
+        let mut job = new_job(ids, Timestamp::now())?;
+        job.scope = scope.clone();
         self.store.put_new_job(&job).await?;
         Ok(job)
     }
 
-    pub async fn get_job(&self, job_id: &str) -> Result<BatchDeleteJob, StackError> {
+    /// A job started by a key of another tenant (or of every tenant, for a key of one) is
+    /// as good as absent.
+    pub async fn get_job(&self, job_id: &str, scope: &Scope) -> Result<BatchDeleteJob, StackError> {
         if !is_job_id(job_id) {
             return Err(StackError::JobNotFound);
         }
-        self.store.get_job(job_id).await?.ok_or(StackError::JobNotFound)
+        self.store
+            .get_job(job_id)
+            .await?
+            .filter(|job| *scope == Scope::All || job.scope == *scope)
+            .ok_or(StackError::JobNotFound)
     }
 
     /// Processes the job's pending ids until done or `budget` runs out.
@@ -51,7 +60,7 @@ impl Stacks {
                 return Ok(JobProgress::Paused);
             }
             let chunk: Vec<String> = job.pending.iter().take(CHUNK).cloned().collect();
-            let outcomes = futures::future::join_all(chunk.iter().map(|id| self.delete_for_job(id))).await;
+            let outcomes = futures::future::join_all(chunk.iter().map(|id| self.delete_for_job(id, &job.scope))).await;
             let previous_update = job.updated_at;
             for (id, outcome) in chunk.iter().zip(outcomes) {
                 record_outcome(&mut job, id, outcome);
@@ -73,9 +82,9 @@ impl Stacks {
     }
 
     // Ids are checked when the job is made; one stored by an older version may not be.
-    async fn delete_for_job(&self, id: &str) -> Result<(), StackError> {
+    async fn delete_for_job(&self, id: &str, scope: &Scope) -> Result<(), StackError> {
         let id: StackId = id.parse().map_err(|_| StackError::NotFound)?;
-        self.delete(&id).await
+        self.delete(&id, scope).await
     }
 }
 
@@ -121,6 +130,7 @@ fn new_job(ids: &[String], now: Timestamp) -> Result<BatchDeleteJob, StackError>
         pending,
         created_at: now,
         updated_at: now,
+        scope: Scope::All,
     })
 }
 
@@ -167,6 +177,7 @@ mod tests {
             pending: vec![],
             created_at: now,
             updated_at: now,
+            scope: Default::default(),
         }
     }
 

@@ -51,6 +51,7 @@ use crate::model::{
     StackStatus, TargetPort,
 };
 use crate::store::{IdempotencyClaim, Manifest, StoreError, StoredManifest};
+use crate::tenancy::TenantId;
 use crate::validate::{self, HardenedPod};
 
 /// Choices of host ports one create tries before answering 503.
@@ -60,6 +61,8 @@ const HOST_PORT_ATTEMPTS: usize = 3;
 const FRESH_FOR_REFUSAL: Duration = Duration::from_secs(5);
 
 pub struct CreateRequest {
+    /// Whose stack it is (the caller's key's tenant).
+    pub tenant: TenantId,
     pub manifest: String,
     pub target_ports: Vec<TargetPort>,
     pub idempotency_key: Option<String>,
@@ -82,6 +85,8 @@ enum Reached {
     Start,
     /// The key claim was sent.
     Claim,
+    /// The tenant hold was sent (tenants with a limit).
+    Hold,
     /// A cluster write was sent: the pod (and maybe its service) may exist.
     Cluster,
     /// The record write was sent: it may have landed.
@@ -104,14 +109,15 @@ impl Progress {
         match self.0.load(Ordering::Relaxed) {
             0 => Reached::Start,
             1 => Reached::Claim,
-            2 => Reached::Cluster,
+            2 => Reached::Hold,
+            3 => Reached::Cluster,
             _ => Reached::Record,
         }
     }
 }
 
 impl Stacks {
-    pub async fn create(&self, request: CreateRequest) -> Result<CreateOutcome, StackError> {
+    pub async fn create(&self, mut request: CreateRequest) -> Result<CreateOutcome, StackError> {
         let started = Instant::now();
         let id = StackId::generate();
         let hardened = validate::validate(&request.manifest, &request.target_ports, &id, &self.policy)?;
@@ -121,12 +127,22 @@ impl Stacks {
         let manifest = StoredManifest::encode(&hardened.yaml)?;
         let _slot = self.create_slots.enter().await?;
         let progress = Progress::new();
+        // From here on the key is the stored (tenant-scoped) one.
+        request.idempotency_key = request
+            .idempotency_key
+            .as_deref()
+            .map(|key| request.tenant.scoped_idempotency_key(key));
+        let key = request.idempotency_key.clone();
         let work = async {
-            if let Some(key) = &request.idempotency_key {
+            if let Some(key) = &key {
                 progress.reach(Reached::Claim);
                 if let Some(existing) = self.claim_key(key, &request.body_sha256, &id).await? {
                     return Ok(CreateOutcome::Replayed(existing));
                 }
+            }
+            if self.config.tenants.limit(&request.tenant).is_some() {
+                progress.reach(Reached::Hold);
+                self.hold_tenant_slot(&request.tenant, &id).await?;
             }
             self.create_claimed(&id, hardened, manifest, &request, started, &progress)
                 .await
@@ -149,7 +165,7 @@ impl Stacks {
             }
         };
         if result.is_err() {
-            self.undo(&id, request.idempotency_key.as_deref(), progress.reached())
+            self.undo(&id, &request.tenant, key.as_deref(), progress.reached())
                 .await;
         }
         result
@@ -158,7 +174,7 @@ impl Stacks {
     /// The one undo path of a failed or abandoned create: whatever it may have made (objects,
     /// record, key claim), removed in parallel within [`CREATE_CLEANUP_BUDGET`]; the reconciler
     /// removes what is still left after that.
-    async fn undo(&self, id: &StackId, idempotency_key: Option<&str>, reached: Reached) {
+    async fn undo(&self, id: &StackId, tenant: &TenantId, idempotency_key: Option<&str>, reached: Reached) {
         let objects = async {
             if reached >= Reached::Cluster
                 && let Err(err) = self.delete_objects_named_by(id).await
@@ -178,6 +194,9 @@ impl Stacks {
                 && let Err(err) = self.store.release_idempotency_key(key, id).await
             {
                 tracing::warn!(stack_id = %id, error = %err, "could not release idempotency key");
+            }
+            if reached >= Reached::Hold {
+                self.release_tenant_slot(tenant, id).await;
             }
         };
         if tokio::time::timeout(CREATE_CLEANUP_BUDGET, async { tokio::join!(objects, items) })
@@ -420,6 +439,7 @@ impl Stacks {
             requested_cpu_milli: hardened.requested_cpu_milli,
             requested_memory_bytes: hardened.requested_memory_bytes,
             idempotency_key: request.idempotency_key.clone(),
+            tenant: request.tenant.clone(),
             labels: Some(own_labels(&hardened.pod)),
             failed_at: placement.failure.is_some().then_some(now),
             reason: placement.failure.as_ref().map(|f| f.reason),

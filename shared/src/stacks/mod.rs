@@ -8,6 +8,7 @@ mod fit;
 mod load_shed;
 pub mod preflight;
 mod read;
+mod tenant_limit;
 
 use std::sync::Arc;
 
@@ -16,7 +17,7 @@ use jiff::{SignedDuration, Timestamp};
 pub use batch::{JobProgress, MAX_BATCH_IDS};
 pub use capacity::{Capacity, NodeCapacity, PortCapacity};
 pub use create::{CreateOutcome, CreateRequest};
-pub use read::{ListPage, Stats};
+pub use read::{ListPage, Stats, TenantStats};
 
 use crate::cluster::{self, Cluster, ClusterError, NamespacePolicy, PodDeletion, PortPolicy};
 use crate::config::{Config, ConfigError};
@@ -25,6 +26,7 @@ use crate::lifecycle::end::{ObjectKind, RecordWrite, RemoveError, StackRemover, 
 use crate::lifecycle::{Removal, RemovalReason, end_stack};
 use crate::model::{ObservedState, StackId, StackRecord};
 use crate::store::{Manifest, Store, StoreError, Unreadable, UnstorableManifest};
+use crate::tenancy::{Scope, TenantId};
 use crate::validate::{Rejection, ValidationPolicy};
 
 /// Start-up failures.
@@ -55,6 +57,9 @@ pub enum StackError {
     NoNodePort,
     #[error("cluster saturated: {0}")]
     Saturated(String),
+    /// The tenant holds as many stacks as `STACK_TENANTS` allows it.
+    #[error("tenant {tenant} holds its limit of {limit} stacks; end one or retry later")]
+    TenantLimit { tenant: TenantId, limit: u32 },
     /// Refused for now (load shed, deadline passed, guard rails missing): retry later.
     #[error("{0}")]
     Unavailable(String),
@@ -86,7 +91,10 @@ impl StackError {
             StackError::Invalid(_) => ErrorClass::Invalid,
             StackError::NotFound | StackError::JobNotFound => ErrorClass::NotFound,
             StackError::Conflict(_) => ErrorClass::Conflict,
-            StackError::NoNodePort | StackError::Saturated(_) | StackError::Unavailable(_) => ErrorClass::Unavailable,
+            StackError::NoNodePort
+            | StackError::Saturated(_)
+            | StackError::TenantLimit { .. }
+            | StackError::Unavailable(_) => ErrorClass::Unavailable,
             StackError::Store(err) if err.is_transient() => ErrorClass::Unavailable,
             StackError::Cluster(err) if err.is_transient() => ErrorClass::Unavailable,
             StackError::Store(_) | StackError::Cluster(_) => ErrorClass::Internal,
@@ -208,8 +216,8 @@ impl Stacks {
 
     /// Extends the stack's TTL to now + `STACK_TTL`, capped at its maximum lifetime. A failed
     /// stack cannot be renewed: only its tombstone is left.
-    pub async fn renew(&self, id: &StackId) -> Result<StackRecord, StackError> {
-        let mut record = self.get(id).await?;
+    pub async fn renew(&self, id: &StackId, scope: &Scope) -> Result<StackRecord, StackError> {
+        let mut record = self.get(id, scope).await?;
         if record.status.is_tombstone() {
             return Err(StackError::Conflict("stack failed; it cannot be renewed".into()));
         }
@@ -240,10 +248,16 @@ impl Stacks {
         Ok(end_stack(self, removal, Timestamp::now()).await?)
     }
 
-    pub async fn delete(&self, id: &StackId) -> Result<(), StackError> {
+    /// Deletes a stack `scope` covers; any other answers [`StackError::NotFound`], as for a
+    /// stack that does not exist.
+    pub async fn delete(&self, id: &StackId, scope: &Scope) -> Result<(), StackError> {
         let record = match self.store.get_stack(id, Manifest::Omit).await {
-            Err(StoreError::Unreadable(unreadable)) => return self.delete_unreadable(id, &unreadable).await,
-            read => read?.ok_or(StackError::NotFound)?,
+            // Whose it is cannot be read: only a key of every tenant may remove it.
+            Err(StoreError::Unreadable(unreadable)) if *scope == Scope::All => {
+                return self.delete_unreadable(id, &unreadable).await;
+            }
+            Err(StoreError::Unreadable(_)) => return Err(StackError::NotFound),
+            read => owned(read?, scope)?,
         };
         self.remove(&Removal::of(record, RemovalReason::Deleted, None)).await
     }
@@ -291,6 +305,10 @@ impl StackRemover for Stacks {
         self.cluster.release_node_ports(&record.ports);
     }
 
+    async fn release_tenant_slot(&self, record: &StackRecord) {
+        Stacks::release_tenant_slot(self, &record.tenant, &record.stack_id).await;
+    }
+
     async fn write_observed(
         &self,
         id: &StackId,
@@ -305,6 +323,13 @@ impl StackRemover for Stacks {
     }
 }
 
+/// The record if `scope` covers its tenant; a stack of another tenant is as good as absent.
+fn owned(record: Option<StackRecord>, scope: &Scope) -> Result<StackRecord, StackError> {
+    record
+        .filter(|record| scope.covers(&record.tenant))
+        .ok_or(StackError::NotFound)
+}
+
 pub(crate) fn signed(d: std::time::Duration) -> SignedDuration {
     SignedDuration::try_from(d).unwrap_or(SignedDuration::MAX)
 }
@@ -317,6 +342,7 @@ impl RefusalReason {
             StackError::Conflict(_) => Self::Conflict,
             StackError::NoNodePort => Self::NoNodePort,
             StackError::Saturated(_) => Self::Saturated,
+            StackError::TenantLimit { .. } => Self::TenantLimit,
             StackError::Unavailable(_) => Self::Unavailable,
             StackError::Store(_) | StackError::Cluster(_) => Self::Internal,
         }

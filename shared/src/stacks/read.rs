@@ -9,13 +9,14 @@ use jiff::Timestamp;
 use serde::Serialize;
 
 use super::capacity::Capacity;
-use super::{StackError, Stacks};
+use super::{StackError, Stacks, owned};
 use crate::cluster::IsolationReport;
 use crate::lifecycle::end::{RecordWrite, StackRemover};
 use crate::lifecycle::views::{NodeView, PodView, ServiceView};
 use crate::lifecycle::{Observed, Removal, Rules, Verdict, judge};
 use crate::model::{STACK_ID_LABEL, StackId, StackRecord, StackUsage};
 use crate::store::{ListCursor, Manifest};
+use crate::tenancy::{Scope, TenantId};
 
 /// How many gone stacks a list removes at once.
 const REMOVAL_CONCURRENCY: usize = 8;
@@ -45,6 +46,19 @@ pub struct Stats {
     pub capacity: Capacity,
     /// Whether the stacks' isolation is in place (`null` when it could not be checked).
     pub isolation: Option<IsolationReport>,
+    /// For a key of one tenant: that tenant, its limit and the stacks it holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<TenantStats>,
+}
+
+/// A tenant's share: the most stacks it may hold (`null`: no limit of its own) and how many
+/// it holds now (failed stacks' tombstones hold none).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct TenantStats {
+    #[schema(value_type = String)]
+    pub name: TenantId,
+    pub max_stacks: Option<u32>,
+    pub stacks: usize,
 }
 
 impl Stats {
@@ -71,6 +85,7 @@ impl Stats {
             reserved_memory_bytes: active.iter().map(|r| r.requested_memory_bytes).sum(),
             capacity,
             isolation: None,
+            tenant: None,
         }
     }
 }
@@ -78,18 +93,20 @@ impl Stats {
 impl Stacks {
     /// One stack with its manifest, refreshed: 2 DynamoDB reads in parallel (+1 write if
     /// changed), at most 3 cluster reads.
-    pub async fn get(&self, id: &StackId) -> Result<StackRecord, StackError> {
-        self.refresh(id, Manifest::Include).await
+    pub async fn get(&self, id: &StackId, scope: &Scope) -> Result<StackRecord, StackError> {
+        self.refresh(id, Manifest::Include, scope).await
     }
 
     /// One stack without its manifest (`pod_spec` empty), refreshed: what a status poll needs,
     /// for 1 DynamoDB read (+1 write if changed) and at most 3 cluster reads.
-    pub async fn status(&self, id: &StackId) -> Result<StackRecord, StackError> {
-        self.refresh(id, Manifest::Omit).await
+    pub async fn status(&self, id: &StackId, scope: &Scope) -> Result<StackRecord, StackError> {
+        self.refresh(id, Manifest::Omit, scope).await
     }
 
-    async fn refresh(&self, id: &StackId, manifest: Manifest) -> Result<StackRecord, StackError> {
-        let record = self.store.get_stack(id, manifest).await?.ok_or(StackError::NotFound)?;
+    /// Only a stack `scope` covers is read from the cluster (or removed if gone): another
+    /// tenant's answers 404 before anything else happens.
+    async fn refresh(&self, id: &StackId, manifest: Manifest, scope: &Scope) -> Result<StackRecord, StackError> {
+        let record = owned(self.store.get_stack(id, manifest).await?, scope)?;
         let service = async {
             match record.service() {
                 Some(name) => self.cluster.get_service(name).await,
@@ -120,6 +137,7 @@ impl Stacks {
     /// the manifests are; `next` then resumes after its last stack.
     pub async fn list_page(
         &self,
+        scope: &Scope,
         after: Option<&ListCursor>,
         limit: usize,
         max_bytes: usize,
@@ -135,7 +153,9 @@ impl Stacks {
             let mut records = self.store.get_stacks(&ids).await?.into_iter().peekable();
             for key in chunk {
                 // A key without a stack was deleted after the index was read: skipped.
-                if let Some(record) = records.next_if(|r| &r.stack_id == key.stack_id()) {
+                if let Some(record) = records.next_if(|r| &r.stack_id == key.stack_id())
+                    && scope.covers(&record.tenant)
+                {
                     let weight = weigh(&record);
                     if !page.is_empty() && bytes.saturating_add(weight) > max_bytes {
                         full = true;
@@ -214,13 +234,43 @@ impl Stacks {
     /// it or the reconciler's next pass (every minute) has seen it. Refreshing here would list
     /// every pod and service of the namespace on each call (the dashboard polls every few
     /// seconds): 8.6 s per call at 10,000 stacks (`bench-dashboard`, README).
-    pub async fn stats(&self) -> Result<Stats, StackError> {
-        let (records, nodes) = tokio::try_join!(
+    ///
+    /// A key of one tenant sees its own stacks only: they are read from the records (the
+    /// index does not say whose a stack is), and `capacity.node_ports.free` is the room left
+    /// to it (in the cluster and within its limit), not what other tenants hold.
+    pub async fn stats(&self, scope: &Scope) -> Result<Stats, StackError> {
+        let (all, nodes) = tokio::try_join!(
             async { self.store.list_stack_usage().await.map_err(StackError::from) },
             async { self.cluster.list_nodes().await.map_err(StackError::from) },
         )?;
-        let capacity = Capacity::of(&records, &nodes, self.cluster.port_policy());
-        let mut stats = Stats::of(&records, capacity);
+        let cluster = Capacity::of(&all, &nodes, self.cluster.port_policy());
+        let mut stats = match scope.tenant() {
+            None => Stats::of(&all, cluster),
+            Some(tenant) => {
+                let listing = self.store.list_stacks(Manifest::Omit).await?;
+                let own: Vec<StackUsage> = listing
+                    .records
+                    .iter()
+                    .filter(|r| &r.tenant == tenant)
+                    .map(StackUsage::from)
+                    .collect();
+                let mut capacity = Capacity::of(&own, &nodes, self.cluster.port_policy());
+                let limit = self.config.tenants.limit(tenant);
+                let holding = own.iter().filter(|r| !r.status.is_tombstone()).count();
+                capacity.node_ports.free = cluster.node_ports.free.min(capacity.node_ports.free);
+                if let Some(limit) = limit {
+                    let left = u32::try_from(holding).map_or(0, |held| limit.saturating_sub(held));
+                    capacity.node_ports.free = capacity.node_ports.free.min(left);
+                }
+                let mut stats = Stats::of(&own, capacity);
+                stats.tenant = Some(TenantStats {
+                    name: tenant.clone(),
+                    max_stacks: limit,
+                    stacks: holding,
+                });
+                stats
+            }
+        };
         // The counts stay readable while the check cannot run; the dashboard says "unknown".
         stats.isolation = match self.cluster.isolation().await {
             Ok(report) => Some(report),

@@ -4,7 +4,8 @@
 //! |---------|-------------|----------------------------------------|--------------------|
 //! | `STACK` | stack id    | [`StackRecord`](crate::model::StackRecord) without `pod_spec` | none: the reconciler ends stacks |
 //! | `MANIFEST` | stack id | the record's `pod_spec` (zstd, see [`StoredManifest`]), written and deleted with it | none |
-//! | `IDEM`  | key         | idempotency claim                      | stack lifetime     |
+//! | `IDEM`  | key (`<tenant>\x1f<key>` but for `default`) | idempotency claim | stack lifetime |
+//! | `HOLD#<tenant>` | stack id | a stack's hold on its tenant's limit (see `holds`) | stack lifetime |
 //! | `JOB`   | job id      | [`BatchDeleteJob`](crate::model::BatchDeleteJob) | one day  |
 //! | `LEASE` | name        | reconciler lease                       | lease expiry       |
 //! | `HISTORY` | pass time | [`PassSnapshot`](crate::history::PassSnapshot) of one reconcile pass | 25 hours |
@@ -17,6 +18,7 @@
 mod cursor;
 mod error;
 mod history;
+mod holds;
 mod idempotency;
 mod item;
 mod jobs;
@@ -28,6 +30,7 @@ use aws_sdk_dynamodb::Client;
 
 pub use cursor::{InvalidCursor, ListCursor};
 pub use error::StoreError;
+pub use holds::TenantHold;
 pub use idempotency::IdempotencyClaim;
 pub use item::Unreadable;
 pub use manifest::{MAX_ITEM_BYTES, MAX_MANIFEST_TEXT_BYTES, StoredManifest, UnstorableManifest};

@@ -30,6 +30,7 @@ use stack_api::AppState;
 use stack_core::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, STACK_ID_LABEL, StackId, StackUsage};
 use stack_core::stacks::{StackError, Stacks};
 use stack_core::store::{Manifest, Store, StoreError};
+use stack_core::tenancy::Scope;
 use stack_core::validate::{self, Rejection, ValidationPolicy};
 use stack_tests::api::{API_KEY, kube_config};
 use stack_tests::browser::{Browser, BrowserError, serve};
@@ -338,7 +339,7 @@ async fn breakdown(env: &TestEnv, state: &AppState, rounds: usize) -> Result<(),
     .await?;
     timed(rounds, "node list", || async { Ok(cluster.list_nodes().await?.len()) }).await?;
     timed(rounds, "Stacks::stats", || async {
-        Ok(stacks.stats().await?.total_stacks)
+        Ok(stacks.stats(&Scope::All).await?.total_stacks)
     })
     .await?;
     timed(rounds, "GET /stats through the router (bytes)", || async {
@@ -377,7 +378,7 @@ async fn breakdown(env: &TestEnv, state: &AppState, rounds: usize) -> Result<(),
     .await?;
     timed(rounds, "Stacks::list_page", || async {
         Ok(stacks
-            .list_page(None, PAGE_LIMIT, usize::MAX, |_| 0)
+            .list_page(&Scope::All, None, PAGE_LIMIT, usize::MAX, |_| 0)
             .await?
             .stacks
             .len())

@@ -523,6 +523,7 @@ async fn stalled_batch_delete_job_is_carried_to_completion() {
         pending: vec![doomed.to_string(), unknown],
         created_at: now - SignedDuration::from_mins(2),
         updated_at: now - SignedDuration::from_mins(1),
+        scope: Default::default(),
     };
     // Just accepted: its own invocation is still at it.
     let fresh = BatchDeleteJob {

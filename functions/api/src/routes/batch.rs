@@ -1,13 +1,14 @@
 use stack_core::deadlines::BATCH_JOB_BUDGET;
 
-use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde::Serialize;
 use serde_json::{Value, json};
 use stack_core::model::{BatchDeleteJob, JobError, JobStatus};
+use stack_core::tenancy::Principal;
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -22,11 +23,16 @@ use crate::state::AppState;
         (status = 202, description = "Success", body = crate::openapi::JobAccepted),
         (status = 400, description = "No ids, a blank id, more than 10,000 ids or a bad body", body = crate::openapi::ErrorBody),
         (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
+        (status = 403, description = "The key's role may not do this", body = crate::openapi::ErrorBody),
         (status = 413, description = "Body over 1 MiB", body = crate::openapi::ErrorBody),
         (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
     ),
 )]
-pub async fn start(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+pub async fn start(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let value: Value = serde_json::from_slice(&body).map_err(|_| ApiError::invalid_json())?;
     let ids = match value.get("stack_ids") {
         None | Some(Value::Null) => Vec::new(),
@@ -40,7 +46,7 @@ pub async fn start(State(state): State<AppState>, body: Bytes) -> Result<Respons
             .collect::<Result<_, _>>()?,
         Some(_) => return Err(ApiError::invalid_json()),
     };
-    let job = state.stacks.start_batch_delete(&ids).await?;
+    let job = state.stacks.start_batch_delete(&ids, &principal.scope).await?;
     let job_id = job.job_id.clone();
     let stacks = state.stacks.clone();
     tokio::spawn(async move {
@@ -59,12 +65,17 @@ pub async fn start(State(state): State<AppState>, body: Bytes) -> Result<Respons
     responses(
         (status = 200, description = "Success", body = JobView),
         (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
+        (status = 403, description = "The key's role may not do this", body = crate::openapi::ErrorBody),
         (status = 404, description = "Unknown job", body = crate::openapi::ErrorBody),
         (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
     ),
 )]
-pub async fn get(State(state): State<AppState>, Path(job_id): Path<String>) -> Result<Response, ApiError> {
-    let job = state.stacks.get_job(&job_id).await?;
+pub async fn get(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    Path(job_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let job = state.stacks.get_job(&job_id, &principal.scope).await?;
     Ok(Json(JobView::from(&job)).into_response())
 }
 

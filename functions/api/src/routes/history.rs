@@ -1,11 +1,12 @@
 //! `GET /history`: what the dashboard charts (reconcile pass snapshots and create refusals of
 //! the last day). Two range queries, no scan.
 
-use axum::Json;
 use axum::extract::State;
+use axum::{Extension, Json};
 use jiff::{SignedDuration, Timestamp};
 use serde::Serialize;
 use stack_core::history::{PassSnapshot, RefusalMinute};
+use stack_core::tenancy::{Principal, Scope};
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -31,16 +32,30 @@ pub struct History {
     responses(
         (status = 200, description = "Success", body = History),
         (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
+        (status = 403, description = "The key's role may not do this", body = crate::openapi::ErrorBody),
         (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
     ),
 )]
-pub async fn history(State(state): State<AppState>) -> Result<Json<History>, ApiError> {
+///
+/// Passes and refusals are of the whole deployment: a key of one tenant gets both empty.
+pub async fn history(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+) -> Result<Json<History>, ApiError> {
+    let challenge_label = state.stacks.config().challenge_label.clone();
+    if principal.scope != Scope::All {
+        return Ok(Json(History {
+            challenge_label,
+            passes: Vec::new(),
+            refusals: Vec::new(),
+        }));
+    }
     let since = Timestamp::now().saturating_sub(WINDOW).unwrap_or(Timestamp::UNIX_EPOCH);
     let store = state.stacks.store();
     let (passes, refusals) = tokio::try_join!(store.pass_snapshots_since(since), store.refusals_since(since))
         .map_err(stack_core::stacks::StackError::from)?;
     Ok(Json(History {
-        challenge_label: state.stacks.config().challenge_label.clone(),
+        challenge_label,
         passes,
         refusals,
     }))

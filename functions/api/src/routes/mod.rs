@@ -4,4 +4,5 @@ pub mod batch;
 pub mod dashboard;
 pub mod health;
 pub mod history;
+pub mod identity;
 pub mod stacks;

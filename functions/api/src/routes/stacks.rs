@@ -1,13 +1,14 @@
-use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use stack_core::model::{StackId, StackRecord};
 use stack_core::stacks::{CreateOutcome, CreateRequest};
 use stack_core::store::ListCursor;
+use stack_core::tenancy::Principal;
 
 use crate::error::ApiError;
 use crate::request_log::LoggedStackId;
@@ -30,16 +31,23 @@ const MAX_IDEMPOTENCY_KEY_LEN: usize = 256;
         (status = 201, description = "Success", body = StackView),
         (status = 400, description = "Invalid spec or body", body = crate::openapi::ErrorBody),
         (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
+        (status = 403, description = "The key's role may not do this", body = crate::openapi::ErrorBody),
         (status = 409, description = "Idempotency key reused with another body", body = crate::openapi::ErrorBody),
         (status = 413, description = "Body over 1 MiB", body = crate::openapi::ErrorBody),
         (status = 503, description = "No capacity, or a dependency is unavailable",
             headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
     ),
 )]
-pub async fn create(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
+pub async fn create(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let parsed = parse_create_body(&body)?;
     let idempotency_key = idempotency_key(&headers)?;
     let request = CreateRequest {
+        tenant: principal.tenant_for_create(),
         manifest: parsed.pod_spec,
         target_ports: parsed.target_ports,
         idempotency_key,
@@ -82,16 +90,25 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
         (status = 200, description = "Success", body = crate::wire::StackPage),
         (status = 400, description = "Invalid limit or cursor", body = crate::openapi::ErrorBody),
         (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
+        (status = 403, description = "The key's role may not do this", body = crate::openapi::ErrorBody),
         (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
     ),
 )]
-pub async fn list(State(state): State<AppState>, RawQuery(query): RawQuery) -> Result<Response, ApiError> {
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
     let query = parse_list_query(query.as_deref())?;
     let page = state
         .stacks
-        .list_page(query.cursor.as_ref(), query.limit, MAX_PAGE_PAYLOAD_BYTES, |record| {
-            payload_bytes(&StackView::from(record))
-        })
+        .list_page(
+            &principal.scope,
+            query.cursor.as_ref(),
+            query.limit,
+            MAX_PAGE_PAYLOAD_BYTES,
+            |record| payload_bytes(&StackView::from(record)),
+        )
         .await?;
     let body = StackPage {
         stacks: page.stacks.iter().map(StackView::from).collect(),
@@ -108,12 +125,17 @@ pub async fn list(State(state): State<AppState>, RawQuery(query): RawQuery) -> R
     responses(
         (status = 200, description = "Success", body = StackView),
         (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
+        (status = 403, description = "The key's role may not do this", body = crate::openapi::ErrorBody),
         (status = 404, description = "Stack gone", body = crate::openapi::ErrorBody),
         (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
     ),
 )]
-pub async fn get(State(state): State<AppState>, Path(stack_id): Path<String>) -> Result<Response, ApiError> {
-    let record = state.stacks.get(&parse_id(&stack_id)?).await?;
+pub async fn get(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    Path(stack_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let record = state.stacks.get(&parse_id(&stack_id)?, &principal.scope).await?;
     Ok(stack_response(StatusCode::OK, &record))
 }
 
@@ -125,12 +147,17 @@ pub async fn get(State(state): State<AppState>, Path(stack_id): Path<String>) ->
     responses(
         (status = 200, description = "Success", body = StatusView),
         (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
+        (status = 403, description = "The key's role may not do this", body = crate::openapi::ErrorBody),
         (status = 404, description = "Stack gone", body = crate::openapi::ErrorBody),
         (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
     ),
 )]
-pub async fn status(State(state): State<AppState>, Path(stack_id): Path<String>) -> Result<Response, ApiError> {
-    let record = state.stacks.status(&parse_id(&stack_id)?).await?;
+pub async fn status(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    Path(stack_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let record = state.stacks.status(&parse_id(&stack_id)?, &principal.scope).await?;
     Ok(with_stack_id(Json(StatusView::from(&record)).into_response(), &record))
 }
 
@@ -142,13 +169,18 @@ pub async fn status(State(state): State<AppState>, Path(stack_id): Path<String>)
     responses(
         (status = 200, description = "Success", body = crate::openapi::Deleted),
         (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
+        (status = 403, description = "The key's role may not do this", body = crate::openapi::ErrorBody),
         (status = 404, description = "Stack gone", body = crate::openapi::ErrorBody),
         (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
     ),
 )]
-pub async fn delete(State(state): State<AppState>, Path(stack_id): Path<String>) -> Result<Response, ApiError> {
+pub async fn delete(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    Path(stack_id): Path<String>,
+) -> Result<Response, ApiError> {
     let id = parse_id(&stack_id)?;
-    state.stacks.delete(&id).await?;
+    state.stacks.delete(&id, &principal.scope).await?;
     Ok(Json(json!({ "deleted": true, "stack_id": id })).into_response())
 }
 
@@ -160,13 +192,18 @@ pub async fn delete(State(state): State<AppState>, Path(stack_id): Path<String>)
     responses(
         (status = 200, description = "Success", body = StackView),
         (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
+        (status = 403, description = "The key's role may not do this", body = crate::openapi::ErrorBody),
         (status = 404, description = "Stack gone", body = crate::openapi::ErrorBody),
         (status = 409, description = "Maximum lifetime reached", body = crate::openapi::ErrorBody),
         (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
     ),
 )]
-pub async fn renew(State(state): State<AppState>, Path(stack_id): Path<String>) -> Result<Response, ApiError> {
-    let record = state.stacks.renew(&parse_id(&stack_id)?).await?;
+pub async fn renew(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    Path(stack_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let record = state.stacks.renew(&parse_id(&stack_id)?, &principal.scope).await?;
     Ok(stack_response(StatusCode::OK, &record))
 }
 
@@ -178,11 +215,15 @@ pub async fn renew(State(state): State<AppState>, Path(stack_id): Path<String>) 
     responses(
         (status = 200, description = "Success", body = stack_core::stacks::Stats),
         (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
+        (status = 403, description = "The key's role may not do this", body = crate::openapi::ErrorBody),
         (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
     ),
 )]
-pub async fn stats(State(state): State<AppState>) -> Result<Response, ApiError> {
-    Ok(Json(state.stacks.stats().await?).into_response())
+pub async fn stats(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+) -> Result<Response, ApiError> {
+    Ok(Json(state.stacks.stats(&principal.scope).await?).into_response())
 }
 
 /// An id that is not of our form can name no stack.
