@@ -178,12 +178,14 @@ impl Scope {
     }
 }
 
-/// Who a request is: the role and scope of its key, and a short id of the key that is safe
-/// to log (the first 12 hex digits of its hash).
+/// Who a request is: the role and scope of its key, the tenant its creates are for, and a
+/// short id of the key that is safe to log (the first 12 hex digits of its hash).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {
     pub role: Role,
     pub scope: Scope,
+    /// Whose stacks its creates make (`default` for a key of every tenant).
+    pub tenant: TenantId,
     pub key_id: String,
 }
 
@@ -193,6 +195,7 @@ impl Principal {
         Self {
             role: Role::Owner,
             scope: Scope::All,
+            tenant: TenantId::default(),
             key_id: "none".to_owned(),
         }
     }
@@ -203,7 +206,7 @@ impl Principal {
 
     /// The tenant a create by this key makes stacks for.
     pub fn tenant_for_create(&self) -> TenantId {
-        self.scope.tenant().cloned().unwrap_or_default()
+        self.tenant.clone()
     }
 }
 
@@ -221,6 +224,11 @@ impl KeyHash {
         hex::decode_to_slice(hex_digits, &mut bytes)
             .map_err(|_| "expected the key's SHA-256 as 64 hex digits".to_owned())?;
         Ok(Self(bytes))
+    }
+
+    /// As `API_KEYS` lists it: 64 hex digits (what `printf %s "$key" | sha256sum` prints).
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
     }
 
     fn key_id(&self) -> String {
@@ -261,7 +269,7 @@ impl KeyRing {
             let tenant = TenantId::default();
             if tenants.contains(&tenant) {
                 let hash = KeyHash::of(key);
-                let principal = principal(Role::Owner, Scope::Tenant(tenant), &hash);
+                let principal = principal(Role::Owner, tenant, tenants, &hash);
                 ring.add(hash, principal, &mut problems);
             } else {
                 problems.push(format!(
@@ -305,29 +313,41 @@ fn parse_entry(entry: &str, tenants: &Tenants) -> Result<(KeyHash, Principal), S
     };
     let role = Role::parse(role)?;
     let hash = KeyHash::parse(hash).map_err(|why| format!("{role}:{tenant}: {why}", role = role.as_str()))?;
-    let scope = if tenant == "*" {
+    if tenant == "*" {
         if !matches!(role, Role::Operator | Role::Viewer) {
             return Err(format!(
                 "{}:*: only operator and viewer keys may see every tenant",
                 role.as_str()
             ));
         }
-        Scope::All
-    } else {
-        let tenant = TenantId::parse(tenant)?;
-        if !tenants.contains(&tenant) {
-            return Err(format!("tenant `{tenant}` is not in STACK_TENANTS"));
-        }
-        Scope::Tenant(tenant)
-    };
-    let principal = principal(role, scope, &hash);
+        let principal = Principal {
+            role,
+            scope: Scope::All,
+            tenant: TenantId::default(),
+            key_id: hash.key_id(),
+        };
+        return Ok((hash, principal));
+    }
+    let tenant = TenantId::parse(tenant)?;
+    if !tenants.contains(&tenant) {
+        return Err(format!("tenant `{tenant}` is not in STACK_TENANTS"));
+    }
+    let principal = principal(role, tenant, tenants, &hash);
     Ok((hash, principal))
 }
 
-fn principal(role: Role, scope: Scope, hash: &KeyHash) -> Principal {
+/// A key of `tenant`. In a deployment of one tenant it sees everything there is (the same
+/// stacks), which lets stats and history take their deployment-wide path.
+fn principal(role: Role, tenant: TenantId, tenants: &Tenants, hash: &KeyHash) -> Principal {
+    let scope = if tenants.limits.len() == 1 {
+        Scope::All
+    } else {
+        Scope::Tenant(tenant.clone())
+    };
     Principal {
         role,
         scope,
+        tenant,
         key_id: hash.key_id(),
     }
 }
@@ -390,7 +410,7 @@ mod tests {
     use super::*;
 
     fn hash_hex(key: &str) -> String {
-        hex::encode(KeyHash::of(key).0)
+        KeyHash::of(key).to_hex()
     }
 
     fn tenants() -> Tenants {
@@ -451,6 +471,11 @@ mod tests {
             (legacy.role, legacy.tenant_for_create()),
             (Role::Owner, TenantId::default())
         );
+        assert_eq!(legacy.scope, Scope::Tenant(TenantId::default()));
+        // A deployment of one tenant: its keys see all there is.
+        let single = KeyRing::parse(None, Some("k"), &Tenants::default()).unwrap();
+        let owner = single.identify("k").unwrap();
+        assert_eq!((&owner.scope, &owner.tenant), (&Scope::All, &TenantId::default()));
         assert!(ring.identify("ctf-ol").is_none());
         assert!(ring.identify("").is_none());
         // The logged id is the hash's prefix, never the key.

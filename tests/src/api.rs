@@ -186,7 +186,12 @@ impl ApiHarness {
     }
 
     pub async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Reply {
-        let mut builder = Request::builder().method(method).uri(path).header("x-api-key", API_KEY);
+        self.call_as(API_KEY, method, path, body).await
+    }
+
+    /// [`call`](Self::call) with another key.
+    pub async fn call_as(&self, key: &str, method: Method, path: &str, body: Option<Value>) -> Reply {
+        let mut builder = Request::builder().method(method).uri(path).header("x-api-key", key);
         if body.is_some() {
             builder = builder.header("content-type", "application/json");
         }

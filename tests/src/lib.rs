@@ -17,3 +17,4 @@ pub mod pass_process;
 pub mod proc_status;
 pub mod reconciler;
 pub mod stalling_proxy;
+pub mod tenants;

@@ -85,8 +85,8 @@ impl Kind {
             Action::DeleteOrphan { .. } => Kind::Orphan,
             Action::UpdateStatus { .. } => Kind::StatusUpdate,
             Action::ResumeJob(_) => Kind::Job,
-            Action::ReleaseClaim { .. } | Action::RepairHold(HoldRepair::Release { .. }) => Kind::Orphan,
-            Action::RepairHold(HoldRepair::Add { .. }) => Kind::Drift,
+            Action::ReleaseClaim { .. } | Action::RepairHold(HoldRepair::Delete { .. }) => Kind::Orphan,
+            Action::RepairHold(HoldRepair::Add { .. } | HoldRepair::Recount { .. }) => Kind::Drift,
         }
     }
 }

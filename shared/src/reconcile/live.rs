@@ -16,7 +16,12 @@ impl Effects for Stacks {
 
     async fn repair_hold(&self, repair: &HoldRepair) -> Result<(), ApplyError> {
         match repair {
-            HoldRepair::Release { tenant, stack_id } => self.store().delete_tenant_hold(tenant, stack_id).await?,
+            HoldRepair::Delete { tenant, stack_id } => self.store().delete_tenant_hold(tenant, stack_id).await?,
+            HoldRepair::Recount { tenant, seen, held } => {
+                if !self.store().recount_tenant_held(tenant, *seen, *held).await? {
+                    tracing::debug!(%tenant, "tenant counter changed meanwhile; recounted next pass");
+                }
+            }
             HoldRepair::Add { tenant, hold } => {
                 let lifetime = SignedDuration::try_from(self.config().max_lifetime).unwrap_or(SignedDuration::MAX);
                 let expires_at = hold.held_at.saturating_add(lifetime).unwrap_or(hold.held_at);

@@ -1,6 +1,6 @@
 //! Reading everything one pass needs with a constant number of (paginated) calls.
 
-use super::plan::Snapshot;
+use super::plan::{Snapshot, TenantHolds};
 use crate::cluster::{Cluster, ClusterError};
 use crate::lifecycle::views::{NodeView, PodView, ServiceView};
 use crate::store::{Manifest, Store, StoreError};
@@ -27,14 +27,17 @@ pub async fn observe(store: &Store, cluster: &Cluster, tenants: &Tenants) -> Res
         .iter()
         .filter(|(_, limit)| limit.is_some())
         .map(|(tenant, _)| tenant);
-    let holds = futures::future::try_join_all(limited.map(|tenant| async move {
+    let held = futures::future::try_join_all(limited.map(|tenant| async move {
+        // The counter before the holds: the recount's condition relies on it.
+        let counter = store.tenant_held(tenant).await?;
         let holds = store.list_tenant_holds(tenant).await?;
-        Ok::<_, StoreError>(holds.into_iter().map(|hold| (tenant.clone(), hold)).collect::<Vec<_>>())
+        Ok::<_, StoreError>(TenantHolds {
+            tenant: tenant.clone(),
+            counter,
+            holds,
+        })
     }))
-    .await?
-    .into_iter()
-    .flatten()
-    .collect();
+    .await?;
     let (listing, jobs, claims) = tokio::try_join!(
         store.list_stacks(Manifest::Omit),
         store.list_unfinished_jobs(),
@@ -54,6 +57,6 @@ pub async fn observe(store: &Store, cluster: &Cluster, tenants: &Tenants) -> Res
         nodes: nodes.iter().filter_map(NodeView::of).collect(),
         jobs,
         claims,
-        holds,
+        held,
     })
 }

@@ -45,8 +45,9 @@ pub struct Snapshot {
     pub jobs: Vec<BatchDeleteJob>,
     /// Idempotency-Key claims, by key.
     pub claims: Vec<(String, IdempotencyClaim)>,
-    /// The holds of every tenant with a limit (see `stacks::tenant_limit`).
-    pub holds: Vec<(TenantId, TenantHold)>,
+    /// Each tenant with a limit: its counter as read before its holds were listed, and its
+    /// holds (see `stacks::tenant_limit`).
+    pub held: Vec<TenantHolds>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,14 +75,29 @@ pub enum Action {
     RepairHold(HoldRepair),
 }
 
-/// How a tenant's holds differ from its live stacks.
+/// One tenant's counter and holds, the counter read first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantHolds {
+    pub tenant: TenantId,
+    pub counter: Option<u64>,
+    pub holds: Vec<TenantHold>,
+}
+
+/// How a tenant's holds and counter differ from its live stacks. Only a recount changes the
+/// counter (see `stacks::tenant_limit` for why that is safe).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HoldRepair {
-    /// A hold whose stack has no live record (a dead create's, older than the orphan grace;
-    /// or of a stack failed or gone whose release did not land).
-    Release { tenant: TenantId, stack_id: StackId },
+    /// A hold whose stack holds nothing (no record and older than the orphan grace: a dead
+    /// create's; or a failed stack's tombstone, or a record gone, whose release did not land).
+    Delete { tenant: TenantId, stack_id: StackId },
     /// A live stack of a tenant with a limit that holds nothing (made before the limit).
     Add { tenant: TenantId, hold: TenantHold },
+    /// The counter, set to the number of holds listed if it is still `seen`.
+    Recount {
+        tenant: TenantId,
+        seen: Option<u64>,
+        held: u64,
+    },
 }
 
 /// What one pass should do, most urgent first: removals free capacity, status updates only
@@ -240,7 +256,8 @@ fn removed_ids(actions: &[Action]) -> HashSet<StackId> {
 
 /// The holds of each tenant with a limit brought in line with its live stacks: a stack holds
 /// a slot while its record is live (not a tombstone) and this pass does not end it; a hold
-/// younger than the orphan grace may be a create in flight, and stays.
+/// younger than the orphan grace may be a create in flight, and stays. The counter is set to
+/// the holds listed (this pass's deletions and additions count at the next one).
 fn hold_repairs(snapshot: &Snapshot, removed: &HashSet<StackId>, now: Timestamp, config: &PlanConfig) -> Vec<Action> {
     let live: HashMap<&StackId, &StackRecord> = snapshot
         .records
@@ -248,35 +265,49 @@ fn hold_repairs(snapshot: &Snapshot, removed: &HashSet<StackId>, now: Timestamp,
         .filter(|r| !r.status.is_tombstone() && !removed.contains(&r.stack_id))
         .map(|r| (&r.stack_id, r))
         .collect();
-    let held: HashSet<(&TenantId, &StackId)> = snapshot.holds.iter().map(|(t, h)| (t, &h.stack_id)).collect();
+    let recorded: HashSet<&StackId> = snapshot.records.iter().map(|r| &r.stack_id).collect();
     let mut repairs = Vec::new();
-    for (tenant, hold) in &snapshot.holds {
-        let owned = live.get(&hold.stack_id).is_some_and(|r| &r.tenant == tenant);
-        let recorded = snapshot.records.iter().any(|r| r.stack_id == hold.stack_id);
-        let stale = if recorded {
-            !owned
-        } else {
-            older_than(Some(hold.held_at), now, config.orphan_grace)
-        };
-        if stale {
-            repairs.push(Action::RepairHold(HoldRepair::Release {
+    for TenantHolds { tenant, counter, holds } in &snapshot.held {
+        let held = u64::try_from(holds.len()).unwrap_or(u64::MAX);
+        if *counter != Some(held) && !(counter.is_none() && held == 0) {
+            repairs.push(HoldRepair::Recount {
                 tenant: tenant.clone(),
-                stack_id: hold.stack_id.clone(),
-            }));
+                seen: *counter,
+                held,
+            });
         }
-    }
-    for record in snapshot.records.iter().filter(|r| live.contains_key(&r.stack_id)) {
-        if config.tenants.limit(&record.tenant).is_some() && !held.contains(&(&record.tenant, &record.stack_id)) {
-            repairs.push(Action::RepairHold(HoldRepair::Add {
-                tenant: record.tenant.clone(),
+        for hold in holds {
+            let owned = live.get(&hold.stack_id).is_some_and(|r| &r.tenant == tenant);
+            let stale = if recorded.contains(&hold.stack_id) {
+                !owned && !removed.contains(&hold.stack_id)
+            } else {
+                older_than(Some(hold.held_at), now, config.orphan_grace)
+            };
+            if stale {
+                repairs.push(HoldRepair::Delete {
+                    tenant: tenant.clone(),
+                    stack_id: hold.stack_id.clone(),
+                });
+            }
+        }
+        let held_ids: HashSet<&StackId> = holds.iter().map(|h| &h.stack_id).collect();
+        for record in live
+            .values()
+            .filter(|r| &r.tenant == tenant && !held_ids.contains(&r.stack_id))
+        {
+            repairs.push(HoldRepair::Add {
+                tenant: tenant.clone(),
                 hold: TenantHold {
                     stack_id: record.stack_id.clone(),
                     held_at: record.created_at,
+                    released: false,
                 },
-            }));
+            });
         }
     }
-    repairs
+    // Deterministic order (the live map's is not).
+    repairs.sort_by_key(|repair| format!("{repair:?}"));
+    repairs.into_iter().map(Action::RepairHold).collect()
 }
 
 #[cfg(test)]
@@ -403,7 +434,7 @@ mod tests {
             nodes: vec![node("n1", "203.0.113.1")],
             jobs: vec![],
             claims: vec![],
-            holds: vec![],
+            held: vec![],
         }
     }
 
@@ -1073,4 +1104,90 @@ mod tests {
         }
     }
     impl<T> Tap for T {}
+
+    fn tenant(name: &str) -> TenantId {
+        TenantId::parse(name).unwrap()
+    }
+
+    fn hold(n: u64, secs_ago: i64) -> TenantHold {
+        TenantHold {
+            stack_id: id(n),
+            held_at: ago(secs_ago),
+            released: false,
+        }
+    }
+
+    fn ctf_holds(counter: Option<u64>, holds: Vec<TenantHold>) -> Vec<TenantHolds> {
+        vec![TenantHolds {
+            tenant: tenant("ctf"),
+            counter,
+            holds,
+        }]
+    }
+
+    fn with_tenants(spec: &str) -> PlanConfig {
+        let mut config = config();
+        config.tenants = Tenants::parse(spec).unwrap();
+        config
+    }
+
+    fn repairs(plan: &Plan) -> Vec<&HoldRepair> {
+        plan.actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::RepairHold(repair) => Some(repair),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_stack_of_a_tenant_no_longer_configured_ends_and_others_stay() {
+        let mut snapshot = healthy();
+        snapshot.records[0].tenant = tenant("gone");
+        let ended = plan(snapshot.clone(), now(), &with_tenants("ctf,default"));
+        assert_eq!(reason(&ended), Some(RemovalReason::TenantRemoved));
+        let kept = plan(snapshot, now(), &with_tenants("gone"));
+        assert_eq!(kept.actions, []);
+    }
+
+    #[test]
+    fn holds_follow_the_live_stacks_of_tenants_with_a_limit() {
+        let config = with_tenants("ctf=5,default");
+        let mut snapshot = healthy();
+        snapshot.records[0].tenant = tenant("ctf");
+        // Stack 1 is live without a hold (made before the limit): one is added; the counter
+        // already says 0 holds.
+        snapshot.held = ctf_holds(Some(0), vec![]);
+        let added = plan(snapshot.clone(), now(), &config);
+        assert!(
+            matches!(repairs(&added)[..], [HoldRepair::Add { hold, .. }] if hold.stack_id == id(1)),
+            "{added:?}"
+        );
+        // A dead create's old hold goes, a young one may be a create in flight and stays, a
+        // tombstone's goes; the counter is set to the holds listed (4), from what it was.
+        let tombstone = tombstone(9, 30).tap(|r| r.tenant = tenant("ctf"));
+        snapshot.records.push(tombstone);
+        snapshot.held = ctf_holds(Some(6), vec![hold(1, 600), hold(7, 600), hold(8, 5), hold(9, 600)]);
+        let repaired = plan(snapshot.clone(), now(), &config);
+        let repaired = repairs(&repaired);
+        assert!(repaired.contains(&&HoldRepair::Recount {
+            tenant: tenant("ctf"),
+            seen: Some(6),
+            held: 4
+        }));
+        let deleted: Vec<&StackId> = repaired
+            .iter()
+            .filter_map(|r| match r {
+                HoldRepair::Delete { stack_id, .. } => Some(stack_id),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(deleted, [&id(7), &id(9)]);
+        assert!(!repaired.iter().any(|r| matches!(r, HoldRepair::Add { .. })));
+        // In step: nothing to do.
+        snapshot.records.pop();
+        snapshot.held = ctf_holds(Some(1), vec![hold(1, 600)]);
+        assert_eq!(repairs(&plan(snapshot, now(), &config)), Vec::<&HoldRepair>::new());
+    }
 }

@@ -87,6 +87,8 @@ enum Reached {
     Claim,
     /// The tenant hold was sent (tenants with a limit).
     Hold,
+    /// The tenant's counter counts this create.
+    Admitted,
     /// A cluster write was sent: the pod (and maybe its service) may exist.
     Cluster,
     /// The record write was sent: it may have landed.
@@ -110,7 +112,8 @@ impl Progress {
             0 => Reached::Start,
             1 => Reached::Claim,
             2 => Reached::Hold,
-            3 => Reached::Cluster,
+            3 => Reached::Admitted,
+            4 => Reached::Cluster,
             _ => Reached::Record,
         }
     }
@@ -142,7 +145,9 @@ impl Stacks {
             }
             if self.config.tenants.limit(&request.tenant).is_some() {
                 progress.reach(Reached::Hold);
-                self.hold_tenant_slot(&request.tenant, &id).await?;
+                if self.hold_tenant_slot(&request.tenant, &id).await? {
+                    progress.reach(Reached::Admitted);
+                }
             }
             self.create_claimed(&id, hardened, manifest, &request, started, &progress)
                 .await
@@ -195,8 +200,10 @@ impl Stacks {
             {
                 tracing::warn!(stack_id = %id, error = %err, "could not release idempotency key");
             }
-            if reached >= Reached::Hold {
+            if reached >= Reached::Admitted {
                 self.release_tenant_slot(tenant, id).await;
+            } else if reached == Reached::Hold {
+                self.drop_unadmitted_hold(tenant, id).await;
             }
         };
         if tokio::time::timeout(CREATE_CLEANUP_BUDGET, async { tokio::join!(objects, items) })

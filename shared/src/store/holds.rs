@@ -1,18 +1,22 @@
-//! Tenant holds: pk=`HOLD#<tenant>`, sk=stack id, one per stack a tenant with a limit holds
-//! (`STACK_TENANTS`), written before anything of the stack is made and deleted when its
-//! objects are gone. A create is admitted when, after writing its hold, it counts at most
-//! the limit (`stacks::tenant_limit` says why no tenant can pass it that way).
+//! Tenant holds, for tenants with a limit (`STACK_TENANTS`): one hold item per stack
+//! (pk=`HOLD#<tenant>`, sk=stack id) and one counter per tenant (pk=`HELD`, sk=tenant,
+//! attribute `held`) that admission increments atomically. How they stay in step, and why no
+//! race lets a tenant past its limit: `stacks::tenant_limit`.
 
-use aws_sdk_dynamodb::types::Select;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::AttributeValue;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use super::item::{PK, key, read_item, s, to_item};
+use super::item::{PK, key, n, read_item, s, to_item};
 use super::{Store, StoreError};
 use crate::model::StackId;
 use crate::tenancy::TenantId;
 
 const HOLD_PK_PREFIX: &str = "HOLD#";
+const HELD_PK: &str = "HELD";
+const HELD_ATTR: &str = "held";
+const RELEASED_ATTR: &str = "released";
 
 fn partition(tenant: &TenantId) -> String {
     format!("{HOLD_PK_PREFIX}{tenant}")
@@ -23,11 +27,13 @@ fn partition(tenant: &TenantId) -> String {
 pub struct TenantHold {
     pub stack_id: StackId,
     pub held_at: Timestamp,
+    /// Set by the one release that decrements the counter, just before it does.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub released: bool,
 }
 
 impl Store {
-    /// Writes `hold` (a hold already there is kept as it is written again: idempotent).
-    /// `expires_at` bounds a hold that nothing released.
+    /// Writes `hold`; `expires_at` bounds a hold that nothing released.
     pub async fn put_tenant_hold(
         &self,
         tenant: &TenantId,
@@ -50,45 +56,62 @@ impl Store {
         Ok(())
     }
 
-    /// How many holds `tenant` has (a strongly consistent count: it sees every hold written
-    /// before it started).
-    pub async fn count_tenant_holds(&self, tenant: &TenantId) -> Result<usize, StoreError> {
-        let mut count = 0_usize;
-        let mut start = None;
-        loop {
-            let out = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("#pk = :pk")
-                .expression_attribute_names("#pk", PK)
-                .expression_attribute_values(":pk", s(partition(tenant)))
-                .consistent_read(true)
-                .select(Select::Count)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| StoreError::backend("Query", e))?;
-            count = count.saturating_add(usize::try_from(out.count).unwrap_or_default());
-            match out.last_evaluated_key {
-                Some(next) if !next.is_empty() => start = Some(next),
-                _ => return Ok(count),
-            }
+    /// Adds one to `tenant`'s counter if it is below `limit`; `false` if it is not.
+    pub async fn increment_tenant_held(&self, tenant: &TenantId, limit: u32) -> Result<bool, StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key(HELD_PK, tenant.as_str())))
+            .update_expression("ADD #held :one")
+            .condition_expression("attribute_not_exists(#held) OR #held < :limit")
+            .expression_attribute_names("#held", HELD_ATTR)
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":limit", n(i64::from(limit)))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(err) if is_condition_failed(&err) => Ok(false),
+            Err(err) => Err(StoreError::backend("UpdateItem", err)),
         }
     }
 
-    /// Every hold of `tenant` (the reconciler repairs them).
-    pub async fn list_tenant_holds(&self, tenant: &TenantId) -> Result<Vec<TenantHold>, StoreError> {
-        let (holds, unreadable) = self
-            .query_partition(&partition(tenant), read_item::<TenantHold>)
-            .await?;
-        for item in unreadable {
-            tracing::warn!(error = %item, "tenant hold does not read");
+    /// Releases the hold of `stack_id`: marks it (only one release wins), takes one from the
+    /// counter, deletes it. A hold already gone or being released by someone else: nothing.
+    pub async fn release_tenant_hold(&self, tenant: &TenantId, stack_id: &StackId) -> Result<(), StoreError> {
+        let marked = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key(&partition(tenant), stack_id.as_str())))
+            .update_expression("SET #released = :yes")
+            .condition_expression("attribute_exists(#pk) AND attribute_not_exists(#released)")
+            .expression_attribute_names("#pk", PK)
+            .expression_attribute_names("#released", RELEASED_ATTR)
+            .expression_attribute_values(":yes", AttributeValue::Bool(true))
+            .send()
+            .await;
+        match marked {
+            Ok(_) => {}
+            Err(err) if is_condition_failed(&err) => return Ok(()),
+            Err(err) => return Err(StoreError::backend("UpdateItem", err)),
         }
-        Ok(holds)
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key(HELD_PK, tenant.as_str())))
+            .update_expression("ADD #held :minus_one")
+            .expression_attribute_names("#held", HELD_ATTR)
+            .expression_attribute_values(":minus_one", n(-1))
+            .send()
+            .await
+            .map_err(|e| StoreError::backend("UpdateItem", e))?;
+        self.delete_tenant_hold(tenant, stack_id).await
     }
 
-    /// Deletes the hold of `stack_id`; a missing one counts as deleted.
+    /// Deletes a hold without touching the counter (a failed admission's, or a stale one the
+    /// reconciler removes before it recounts); a missing one counts as deleted.
     pub async fn delete_tenant_hold(&self, tenant: &TenantId, stack_id: &StackId) -> Result<(), StoreError> {
         self.client
             .delete_item()
@@ -99,4 +122,80 @@ impl Store {
             .map_err(|e| StoreError::backend("DeleteItem", e))?;
         Ok(())
     }
+
+    /// `tenant`'s counter (`None` before its first create).
+    pub async fn tenant_held(&self, tenant: &TenantId) -> Result<Option<u64>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(key(HELD_PK, tenant.as_str())))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| StoreError::backend("GetItem", e))?;
+        Ok(out
+            .item
+            .and_then(|item| match item.get(HELD_ATTR) {
+                Some(AttributeValue::N(v)) => v.parse::<i64>().ok(),
+                _ => None,
+            })
+            .map(|held| u64::try_from(held).unwrap_or(0)))
+    }
+
+    /// Every hold of `tenant`, strongly consistent (the reconciler recounts from them).
+    pub async fn list_tenant_holds(&self, tenant: &TenantId) -> Result<Vec<TenantHold>, StoreError> {
+        let (holds, unreadable) = self
+            .query_all(
+                || {
+                    self.client
+                        .query()
+                        .table_name(&self.table)
+                        .key_condition_expression("#pk = :pk")
+                        .expression_attribute_names("#pk", PK)
+                        .expression_attribute_values(":pk", s(partition(tenant)))
+                        .consistent_read(true)
+                },
+                read_item::<TenantHold>,
+            )
+            .await?;
+        for item in unreadable {
+            tracing::warn!(error = %item, "tenant hold does not read");
+        }
+        Ok(holds)
+    }
+
+    /// Sets `tenant`'s counter to `held`, only if it still is `seen` (read before the holds
+    /// were listed); `false` if it changed meanwhile (the next pass tries again).
+    pub async fn recount_tenant_held(
+        &self,
+        tenant: &TenantId,
+        seen: Option<u64>,
+        held: u64,
+    ) -> Result<bool, StoreError> {
+        let request = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key(HELD_PK, tenant.as_str())))
+            .update_expression("SET #held = :held")
+            .expression_attribute_names("#held", HELD_ATTR)
+            .expression_attribute_values(":held", n(i64::try_from(held).unwrap_or(i64::MAX)));
+        let request = match seen {
+            None => request.condition_expression("attribute_not_exists(#held)"),
+            Some(seen) => request
+                .condition_expression("#held = :seen")
+                .expression_attribute_values(":seen", n(i64::try_from(seen).unwrap_or(i64::MAX))),
+        };
+        match request.send().await {
+            Ok(_) => Ok(true),
+            Err(err) if is_condition_failed(&err) => Ok(false),
+            Err(err) => Err(StoreError::backend("UpdateItem", err)),
+        }
+    }
+}
+
+fn is_condition_failed<R>(err: &aws_sdk_dynamodb::error::SdkError<UpdateItemError, R>) -> bool {
+    err.as_service_error()
+        .is_some_and(UpdateItemError::is_conditional_check_failed_exception)
 }

@@ -18,3 +18,4 @@ mod lambda;
 mod rbac;
 mod reconciler;
 mod store;
+mod tenancy;

@@ -1,0 +1,363 @@
+//! Tenants and roles against the local cloud: three tenants configured as a deployment
+//! configures them (`STACK_TENANTS`, `API_KEYS`), keys of every role, every route asked about
+//! a stack of one's own and of another tenant.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use http::Method;
+use serde_json::{Value, json};
+use stack_core::tenancy::TenantId;
+use stack_tests::api::{API_KEY, ApiHarness, Reply, WEB_POD};
+use stack_tests::reconciler::TestReconciler;
+use stack_tests::tenants::{
+    self, ALL_OPERATOR, ALL_VIEWER, CTF_OPERATOR, CTF_PLATFORM, CTF_PLATFORM_NEXT, KEYS, TestKey, UNI_PLATFORM,
+    WARGAME_PLATFORM, WARGAME_VIEWER,
+};
+
+/// The id of a stack that never existed: what every route answers for it is what it must
+/// answer for another tenant's stack.
+const NEVER_EXISTED: &str = "stack-0123456789abcdef";
+
+async fn harness(limits: &[(&str, u32)], extra: &[(&str, &str)]) -> ApiHarness {
+    let settings = tenants::settings(limits);
+    let mut vars: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    vars.extend_from_slice(extra);
+    ApiHarness::with_env(&vars).await
+}
+
+fn create_body() -> Value {
+    json!({"pod_spec": WEB_POD, "target_port": [{"container_port": 80}]})
+}
+
+async fn create_as(api: &ApiHarness, key: &TestKey) -> String {
+    let reply = api.call_as(key.key, Method::POST, "/stacks", Some(create_body())).await;
+    assert_eq!(reply.status, 201, "{}", reply.json);
+    reply.json["stack_id"].as_str().expect("stack_id").to_owned()
+}
+
+/// Every stack id a key's list shows, all pages.
+async fn listed_by(api: &ApiHarness, key: &TestKey) -> HashSet<String> {
+    let mut ids = HashSet::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..50 {
+        let path = match &cursor {
+            Some(c) => format!("/stacks?limit=1000&cursor={c}"),
+            None => "/stacks?limit=1000".to_owned(),
+        };
+        let page = api.call_as(key.key, Method::GET, &path, None).await;
+        assert_eq!(page.status, 200, "{}: {}", key.key, page.json);
+        for stack in page.json["stacks"].as_array().expect("stacks") {
+            ids.insert(stack["stack_id"].as_str().expect("id").to_owned());
+        }
+        cursor = page.json["next_cursor"].as_str().map(str::to_owned);
+        if cursor.is_none() {
+            return ids;
+        }
+    }
+    panic!("pages never end");
+}
+
+/// What `key` gets for `method path` with the stack id `id` substituted.
+async fn ask(api: &ApiHarness, key: &TestKey, method: &Method, path: &str, id: &str) -> Reply {
+    api.call_as(key.key, method.clone(), &path.replace("{id}", id), None)
+        .await
+}
+
+#[tokio::test]
+async fn every_route_answers_a_key_of_another_tenant_as_if_the_stack_did_not_exist() {
+    let api = harness(&[], &[]).await;
+    let ctf = create_as(&api, &CTF_PLATFORM).await;
+    let wargame = create_as(&api, &WARGAME_PLATFORM).await;
+    let owners = [(&ctf, "ctf"), (&wargame, "wargame")];
+    let routes = [
+        (Method::GET, "/stacks/{id}"),
+        (Method::GET, "/stacks/{id}/status"),
+        (Method::POST, "/stacks/{id}/renew"),
+    ];
+    for key in &KEYS {
+        for (method, path) in &routes {
+            let absent = ask(&api, key, method, path, NEVER_EXISTED).await;
+            for (id, tenant) in owners {
+                let reply = ask(&api, key, method, path, id).await;
+                let what = format!("{} {method} {path} on {tenant}'s stack", key.key);
+                let allowed = *method == Method::GET || key.may_change();
+                if !allowed {
+                    assert_eq!(reply.status, 403, "{what}: {}", reply.json);
+                } else if key.sees(tenant) {
+                    assert_eq!(reply.status, 200, "{what}: {}", reply.json);
+                } else {
+                    // Not a 403: whether the stack exists is not revealed.
+                    assert_eq!((reply.status, &reply.json), (absent.status, &absent.json), "{what}");
+                    assert_eq!(reply.status, 404, "{what}");
+                }
+            }
+        }
+    }
+
+    // Deletes of another tenant's stack answer 404 and leave it running.
+    for key in [&CTF_PLATFORM, &CTF_OPERATOR, &UNI_PLATFORM] {
+        let reply = ask(&api, key, &Method::DELETE, "/stacks/{id}", &wargame).await;
+        assert_eq!(reply.status, 404, "{}: {}", key.key, reply.json);
+    }
+    for key in [&WARGAME_VIEWER, &ALL_VIEWER] {
+        let reply = ask(&api, key, &Method::DELETE, "/stacks/{id}", &wargame).await;
+        assert_eq!(reply.status, 403, "a viewer changes nothing: {}", reply.json);
+    }
+    let still = ask(&api, &WARGAME_PLATFORM, &Method::GET, "/stacks/{id}/status", &wargame).await;
+    assert_eq!(still.status, 200, "{}", still.json);
+
+    // Lists show exactly the stacks the key sees.
+    for key in &KEYS {
+        let listed = listed_by(&api, key).await;
+        let expected: HashSet<String> = owners
+            .iter()
+            .filter(|(_, tenant)| key.sees(tenant))
+            .map(|(id, _)| (*id).clone())
+            .collect();
+        assert_eq!(listed, expected, "{}'s list", key.key);
+    }
+
+    // Stats and history: operator and viewer keys only, counting only what the key sees.
+    for key in &KEYS {
+        let stats = api.call_as(key.key, Method::GET, "/stats", None).await;
+        let history = api.call_as(key.key, Method::GET, "/history", None).await;
+        if !key.may_observe() {
+            assert_eq!((stats.status, history.status), (403, 403), "{}", key.key);
+            continue;
+        }
+        assert_eq!(stats.status, 200, "{}: {}", key.key, stats.json);
+        let visible = owners.iter().filter(|(_, t)| key.sees(t)).count();
+        assert_eq!(stats.json["total_stacks"], visible, "{}: {}", key.key, stats.json);
+        let text = stats.json.to_string();
+        for (id, tenant) in owners {
+            assert!(key.sees(tenant) || !text.contains(id.as_str()), "{} sees {id}", key.key);
+        }
+        if key.tenant == "*" {
+            assert!(stats.json.get("tenant").is_none(), "{}", stats.json);
+        } else {
+            assert_eq!(stats.json["tenant"]["name"], key.tenant, "{}", stats.json);
+            assert_eq!(history.json["passes"], json!([]), "{}", history.json);
+        }
+    }
+
+    // Creates: platform keys only; a second key of a platform sees the first one's stacks.
+    for key in [&CTF_OPERATOR, &WARGAME_VIEWER, &ALL_OPERATOR, &ALL_VIEWER] {
+        let reply = api.call_as(key.key, Method::POST, "/stacks", Some(create_body())).await;
+        assert_eq!(reply.status, 403, "{}: {}", key.key, reply.json);
+    }
+    let rotated = ask(&api, &CTF_PLATFORM_NEXT, &Method::GET, "/stacks/{id}", &ctf).await;
+    assert_eq!(rotated.status, 200, "{}", rotated.json);
+    let unknown = api.call_as("not-a-key", Method::GET, "/stacks", None).await;
+    assert_eq!(unknown.status, 401, "{}", unknown.json);
+
+    // Identity says who a key is.
+    let me = api.call_as(WARGAME_VIEWER.key, Method::GET, "/identity", None).await;
+    assert_eq!(
+        (&me.json["role"], &me.json["tenant"], &me.json["may_change"]),
+        (&json!("viewer"), &json!("wargame"), &json!(false))
+    );
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn a_batch_delete_removes_only_the_stacks_its_key_sees() {
+    let api = harness(&[], &[]).await;
+    let (ctf, wargame) = (
+        create_as(&api, &CTF_PLATFORM).await,
+        create_as(&api, &WARGAME_PLATFORM).await,
+    );
+    let body = json!({"stack_ids": [ctf, wargame]});
+    for key in [&CTF_PLATFORM, &WARGAME_VIEWER, &ALL_VIEWER] {
+        let reply = api
+            .call_as(key.key, Method::POST, "/stacks/batch-delete", Some(body.clone()))
+            .await;
+        assert_eq!(reply.status, 403, "{}: {}", key.key, reply.json);
+    }
+    let started = api
+        .call_as(CTF_OPERATOR.key, Method::POST, "/stacks/batch-delete", Some(body))
+        .await;
+    assert_eq!(started.status, 202, "{}", started.json);
+    let job_path = format!(
+        "/stacks/batch-delete/{}",
+        started.json["job_id"].as_str().expect("job id")
+    );
+    let job = wait_job(&api, &CTF_OPERATOR, &job_path).await;
+    assert_eq!((&job["deleted"], &job["not_found"]), (&json!(1), &json!(1)), "{job}");
+    let survivor = ask(&api, &WARGAME_PLATFORM, &Method::GET, "/stacks/{id}/status", &wargame).await;
+    assert_eq!(
+        survivor.status, 200,
+        "the other tenant's stack stays: {}",
+        survivor.json
+    );
+    // The job is the ctf operator's: an operator of every tenant reads it; a job of every
+    // tenant is not readable by a key of one.
+    assert_eq!(
+        api.call_as(ALL_OPERATOR.key, Method::GET, &job_path, None).await.status,
+        200
+    );
+    let everyone = api
+        .call_as(
+            ALL_OPERATOR.key,
+            Method::POST,
+            "/stacks/batch-delete",
+            Some(json!({"stack_ids": [NEVER_EXISTED]})),
+        )
+        .await;
+    let everyone_path = format!(
+        "/stacks/batch-delete/{}",
+        everyone.json["job_id"].as_str().expect("job id")
+    );
+    let hidden = api.call_as(CTF_OPERATOR.key, Method::GET, &everyone_path, None).await;
+    assert_eq!(hidden.status, 404, "{}", hidden.json);
+    api.finish().await;
+}
+
+async fn wait_job(api: &ApiHarness, key: &TestKey, path: &str) -> Value {
+    for _ in 0..100 {
+        let job = api.call_as(key.key, Method::GET, path, None).await;
+        assert_eq!(job.status, 200, "{}", job.json);
+        if job.json["status"] == "completed" || job.json["status"] == "failed" {
+            return job.json;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("batch delete did not finish");
+}
+
+#[tokio::test]
+async fn a_tenants_limit_holds_under_a_burst_and_other_tenants_are_unaffected() {
+    let api = harness(&[("ctf", 3)], &[("STACK_CREATE_CONCURRENCY", "32")]).await;
+    let creates = (0..12)
+        .map(|_| (&CTF_PLATFORM, "ctf"))
+        .chain((0..4).map(|_| (&WARGAME_PLATFORM, "wargame")));
+    let replies = futures::future::join_all(creates.map(|(key, tenant)| {
+        let api = &api;
+        async move {
+            let reply = api.call_as(key.key, Method::POST, "/stacks", Some(create_body())).await;
+            (tenant, reply)
+        }
+    }))
+    .await;
+    let mut admitted = 0;
+    for (tenant, reply) in &replies {
+        match (*tenant, reply.status) {
+            ("ctf", 201) => admitted += 1,
+            ("ctf", 503) => {
+                assert!(reply.headers.contains_key("retry-after"), "503 without Retry-After");
+                let message = reply.json["error"].as_str().unwrap_or_default();
+                assert!(message.contains("tenant ctf holds its limit of 3"), "{message}");
+            }
+            ("wargame", 201) => {}
+            (tenant, status) => panic!("{tenant} create answered {status}: {}", reply.json),
+        }
+    }
+    // The burst fills the limit exactly: no more, and no slot lost to the race.
+    assert_eq!(admitted, 3, "ctf stacks admitted with a limit of 3");
+    let ctf_stacks = listed_by(&api, &CTF_PLATFORM).await;
+    assert_eq!(ctf_stacks.len(), 3);
+    let over = api
+        .call_as(CTF_PLATFORM.key, Method::POST, "/stacks", Some(create_body()))
+        .await;
+    assert_eq!(over.status, 503, "{}", over.json);
+    assert_eq!(listed_by(&api, &WARGAME_PLATFORM).await.len(), 4);
+
+    // A deleted stack gives its slot back at once.
+    let one = ctf_stacks.iter().next().expect("a ctf stack").clone();
+    let deleted = ask(&api, &CTF_PLATFORM, &Method::DELETE, "/stacks/{id}", &one).await;
+    assert_eq!(deleted.status, 200, "{}", deleted.json);
+    create_as(&api, &CTF_PLATFORM).await;
+    let store = api.state.stacks.store();
+    let ctf = TenantId::parse("ctf").expect("tenant");
+    let holds = store.list_tenant_holds(&ctf).await.expect("holds").len();
+    let counted = store.tenant_held(&ctf).await.expect("counter");
+    assert_eq!(
+        (holds, counted),
+        (3, Some(3)),
+        "one hold per live ctf stack, none left by refused creates"
+    );
+    // A pass (configured as the API is) finds them in step.
+    let settings = tenants::settings(&[("ctf", 3)]);
+    let (tenants_var, keys_var) = (&settings[0].1, &settings[1].1);
+    let reconciler = TestReconciler::over(&api, &[("STACK_TENANTS", tenants_var), ("API_KEYS", keys_var)]).await;
+    let summary = reconciler.pass().await;
+    assert_eq!((summary.counts.drift, summary.counts.orphans), (0, 0), "{summary:?}");
+    let stats = api.call_as(CTF_OPERATOR.key, Method::GET, "/stats", None).await;
+    assert_eq!(
+        stats.json["tenant"],
+        json!({"name": "ctf", "max_stacks": 3, "stacks": 3})
+    );
+    assert_eq!(stats.json["capacity"]["node_ports"]["free"], 0, "{}", stats.json);
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn the_same_idempotency_key_from_two_tenants_makes_two_stacks() {
+    let api = harness(&[], &[]).await;
+    let send = |key: &'static TestKey| {
+        let api = &api;
+        async move {
+            let request = http::Request::post("/stacks")
+                .header("x-api-key", key.key)
+                .header("idempotency-key", "order-42")
+                .header("content-type", "application/json")
+                .body(axum::body::Body::from(create_body().to_string()))
+                .expect("request");
+            let reply = api.send(request).await;
+            assert_eq!(reply.status, 201, "{}", reply.json);
+            reply.json["stack_id"].as_str().expect("id").to_owned()
+        }
+    };
+    let (ctf, wargame) = (send(&CTF_PLATFORM).await, send(&WARGAME_PLATFORM).await);
+    assert_ne!(ctf, wargame);
+    assert_eq!(send(&CTF_PLATFORM_NEXT).await, ctf, "the same platform's retry replays");
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn records_from_before_tenants_belong_to_default_and_a_removed_tenants_stacks_end() {
+    let api = harness(&[("uni", 5)], &[]).await;
+    // A stack of the single-key era: made with the one key, its record without a tenant.
+    let legacy = create_as(
+        &api,
+        &TestKey {
+            key: API_KEY,
+            role: "owner",
+            tenant: "default",
+        },
+    )
+    .await;
+    api.state
+        .stacks
+        .store()
+        .client()
+        .update_item()
+        .table_name(api.table.name())
+        .key("pk", AttributeValue::S("STACK".into()))
+        .key("sk", AttributeValue::S(legacy.clone()))
+        .update_expression("REMOVE tenant")
+        .send()
+        .await
+        .expect("remove the tenant attribute");
+    let own = api.call(Method::GET, &format!("/stacks/{legacy}"), None).await;
+    assert_eq!(own.status, 200, "{}", own.json);
+    let foreign = ask(&api, &CTF_PLATFORM, &Method::GET, "/stacks/{id}", &legacy).await;
+    assert_eq!(foreign.status, 404);
+
+    let (uni, ctf) = (
+        create_as(&api, &UNI_PLATFORM).await,
+        create_as(&api, &CTF_PLATFORM).await,
+    );
+    // The operators remove tenant uni: the next pass ends its stacks, and only those.
+    let without_uni = tenants::settings(&[]);
+    let tenants_left = without_uni[0].1.replace("uni,", "");
+    let keys_left = tenants::api_keys(&[CTF_PLATFORM, WARGAME_PLATFORM]);
+    let reconciler = TestReconciler::over(&api, &[("STACK_TENANTS", &tenants_left), ("API_KEYS", &keys_left)]).await;
+    let summary = reconciler.pass().await;
+    assert_eq!(summary.counts.failures, 0, "{summary:?}");
+    let records: HashSet<String> = api.records().await.iter().map(|r| r.stack_id.to_string()).collect();
+    assert!(!records.contains(&uni), "the removed tenant's stack ended");
+    assert!(records.contains(&ctf) && records.contains(&legacy), "{records:?}");
+    api.finish().await;
+}
