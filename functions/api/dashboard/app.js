@@ -1,7 +1,8 @@
-// The operator's dashboard: vanilla JS, no dependency. Every few seconds reads the summary
-// (/stats, /history) and the one page of /stacks on screen, with the key from sessionStorage;
-// other pages are read only when the operator turns to them (or deletes a whole group).
-// Renders only the visible rows of the page.
+// The operator's dashboard: vanilla JS, no dependency. Asks once who the key is (/identity),
+// then every few seconds reads the summary (/stats, /history) and the one page of /stacks on
+// screen, with the key from sessionStorage; other pages are read only when the operator turns
+// to them (or deletes a whole group). Renders only the visible rows of the page, and only the
+// controls the key's role may use.
 "use strict";
 
 const KEY_STORAGE = "stack-provisioner.api-key";
@@ -16,6 +17,10 @@ const OVERSCAN = 8;
 const $ = (id) => document.getElementById(id);
 const state = {
   key: sessionStorage.getItem(KEY_STORAGE) || "",
+  // GET /identity of the key: {role, tenant (null: every tenant), may_change, ...}.
+  identity: null,
+  // Bumped whenever the key changes or goes: answers for an older key are dropped.
+  generation: 0,
   // The page on screen: its index, and the cursor each page seen so far starts at.
   page: 0,
   cursors: [null],
@@ -102,14 +107,25 @@ async function refresh(byTimer) {
   state.again = false;
   const started = performance.now();
   const page = state.page;
+  const generation = state.generation;
   try {
+    if (!state.identity) {
+      const identity = await api("GET", "identity");
+      if (generation !== state.generation) return;
+      state.identity = identity;
+      showIdentity();
+      if (!identity.may_observe) {
+        cannotObserve();
+        return;
+      }
+    }
     const [stats, history, data] = await Promise.all([
       api("GET", "stats"),
       api("GET", "history"),
       stackPage(state.cursors[page], PAGE_LIMIT),
     ]);
-    // Turned to another page meanwhile: that one is loaded next.
-    if (page !== state.page) return;
+    // Turned to another page, or another key, meanwhile: that one is loaded next.
+    if (page !== state.page || generation !== state.generation) return;
     const stacks = data.stacks || [];
     if (!stacks.length && page > 0) {
       // Every stack of this page is gone: show the one before.
@@ -131,12 +147,10 @@ async function refresh(byTimer) {
     document.body.dataset.loaded = String(state.loadedAt);
     message(`${state.note}Updated ${new Date().toLocaleTimeString()} · page ${page + 1} loaded in ${ms} ms`);
   } catch (err) {
-    if (err instanceof ApiError && err.status === 401) {
-      stop();
-      sessionStorage.removeItem(KEY_STORAGE);
-      state.key = "";
-      $("main").hidden = true;
-      $("key-forget").hidden = true;
+    if (generation !== state.generation) {
+      // An answer for a key no longer in use.
+    } else if (err instanceof ApiError && err.status === 401) {
+      forgetKey();
       message("The API key was refused (401 invalid api key). Enter the right key.", true);
     } else {
       message(`Refresh failed: ${err.message}. Showing data from ${state.loadedAt ? new Date(state.loadedAt).toLocaleTimeString() : "never"}; retrying.`, true);
@@ -173,6 +187,67 @@ function start() {
 function stop() {
   if (state.timer) clearInterval(state.timer);
   state.timer = null;
+}
+
+// Back to the key form: nothing of the last key stays on screen.
+function forgetKey() {
+  stop();
+  sessionStorage.removeItem(KEY_STORAGE);
+  state.key = "";
+  state.identity = null;
+  state.generation++;
+  $("identity").hidden = true;
+  $("main").hidden = true;
+  $("key-forget").hidden = true;
+}
+
+// A new key may be of another tenant: its pages start over, nothing stays selected.
+function useKey(key) {
+  forgetKey();
+  state.key = key;
+  sessionStorage.setItem(KEY_STORAGE, key);
+  state.page = 0;
+  state.cursors = [null];
+  state.starts = [0];
+  state.next = null;
+  state.stacks = [];
+  state.selected.clear();
+  start();
+}
+
+// ---- who the key is ------------------------------------------------------------------------
+
+const may = (what) => !!(state.identity && state.identity[what]);
+
+// True when the key is of one tenant and the API gave it no history: passes and refusals are of
+// the whole deployment, so /history answers them to keys of every tenant only.
+function historyHidden() {
+  const h = state.history;
+  return !!state.identity && state.identity.tenant !== null && !h.passes.length && !h.refusals.length;
+}
+
+// Next to the title: "viewer · tenant wargame", "operator · every tenant"; and the controls the
+// role may use (the API refuses the others with 403 anyway).
+function showIdentity() {
+  const who = state.identity;
+  const badge = $("identity");
+  badge.textContent = `${who.role} · ${who.tenant === null ? "every tenant" : "tenant " + who.tenant}`;
+  const can = [["may_observe", "watch"], ["may_change", "renew and delete"], ["may_batch_delete", "batch delete"]]
+    .filter(([what]) => who[what]).map(([, text]) => text);
+  badge.title = can.length ? `This key may ${can.join(", ")}.` : "";
+  badge.hidden = false;
+  document.body.dataset.role = who.role;
+  for (const node of document.querySelectorAll(".batch")) node.hidden = !who.may_batch_delete;
+  $("actions-head").textContent = who.may_change ? "Actions" : "";
+  $("groups").title = who.may_batch_delete ? "Groups of this page; delete all covers every page" : "Groups of this page";
+}
+
+// A key without stats and history (a platform's): say so instead of empty panels.
+function cannotObserve() {
+  const who = state.identity;
+  forgetKey();
+  message(`This ${who.role} key${who.tenant === null ? "" : " of tenant " + who.tenant} cannot open the dashboard: ` +
+    "stats and history are for operator and viewer keys. Enter one of those.", true);
 }
 
 // ---- rendering -------------------------------------------------------------------------------
@@ -213,10 +288,26 @@ function render() {
   renderPager();
   renderCards();
   renderNodes();
-  renderChart();
-  renderFailures();
+  renderHistoryNotes();
+  if (!historyHidden()) {
+    renderChart();
+    renderFailures();
+  }
   renderGroups();
   applyFilter();
+}
+
+// The history panels of a key of one tenant say why they are empty, rather than look broken.
+function renderHistoryNotes() {
+  const hidden = historyHidden();
+  // The attribute, not the property: the chart is an SVG element, which has no `hidden`.
+  for (const node of document.querySelectorAll(".history-data")) node.toggleAttribute("hidden", hidden);
+  for (const node of document.querySelectorAll(".history-note")) {
+    node.hidden = !hidden;
+    node.textContent = hidden
+      ? `${node.dataset.what}: the history of the whole deployment, shown to keys of every tenant only (this key is of tenant ${state.identity.tenant}).`
+      : "";
+  }
 }
 
 // Whether the stacks' NetworkPolicy is in place (no other policy widens it), and whether each
@@ -240,6 +331,10 @@ function renderCards() {
   const s = state.stats;
   const c = s.capacity;
   $("stat-total").textContent = s.total_stacks;
+  // A key of one tenant: how many stacks the tenant holds against its limit, if it has one.
+  const t = s.tenant;
+  $("stat-tenant").textContent = t && t.max_stacks !== null && t.max_stacks !== undefined
+    ? `${t.stacks} of ${t.max_stacks} stacks (tenant limit)` : "";
   $("stat-active").textContent = s.active_stacks;
   $("stat-ports").textContent = s.used_node_ports;
   $("stat-ports-free").textContent = `${c.node_ports.free} free of ${c.node_ports.total}`;
@@ -247,10 +342,16 @@ function renderCards() {
   $("stat-cpu-of").textContent = `of ${fmtCpu(c.allocatable_cpu_milli)} (${pct(s.reserved_cpu_milli, c.allocatable_cpu_milli)}%)`;
   $("stat-mem").textContent = fmtBytes(s.reserved_memory_bytes);
   $("stat-mem-of").textContent = `of ${fmtBytes(c.allocatable_memory_bytes)} (${pct(s.reserved_memory_bytes, c.allocatable_memory_bytes)}%)`;
-  const hourAgo = Date.now() - 3600e3;
-  let refusals = 0;
-  for (const m of state.history.refusals) if (Date.parse(m.minute) >= hourAgo) for (const n of Object.values(m.counts)) refusals += n;
-  $("stat-refusals").textContent = refusals;
+  if (historyHidden()) {
+    $("stat-refusals").textContent = "–";
+    $("stat-refusals-why").textContent = "of the whole deployment: keys of every tenant";
+  } else {
+    const hourAgo = Date.now() - 3600e3;
+    let refusals = 0;
+    for (const m of state.history.refusals) if (Date.parse(m.minute) >= hourAgo) for (const n of Object.values(m.counts)) refusals += n;
+    $("stat-refusals").textContent = refusals;
+    $("stat-refusals-why").textContent = "";
+  }
   renderIsolation(s.isolation);
 
   $("by-status").replaceChildren(...Object.entries(s.status_counts || {}).sort().map(([k, n]) =>
@@ -351,7 +452,9 @@ function renderGroups() {
   const chips = [...groups.entries()].sort((a, b) => b[1] - a[1]).map(([k, n]) =>
     el("span", { class: "chip", dataset: { group: k } },
       el("span", { class: "mono" }, k), el("b", {}, n),
-      el("button", { type: "button", class: "group-delete", title: `Delete every stack of ${k}, on every page`, onclick: () => deleteGroup($("group-by").value, k) }, "delete all")));
+      may("may_batch_delete")
+        ? el("button", { type: "button", class: "group-delete", title: `Delete every stack of ${k}, on every page`, onclick: () => deleteGroup($("group-by").value, k) }, "delete all")
+        : ""));
   $("groups").replaceChildren(...chips);
 }
 
@@ -398,13 +501,21 @@ function renderRows() {
   container.replaceChildren(...rows);
 }
 
+// The selection (for batch deletes) and the renew/delete buttons only for roles that may use them.
 function row(s) {
-  const box = el("input", { type: "checkbox", "aria-label": "Select " + s.stack_id });
-  box.checked = state.selected.has(s.stack_id);
-  box.addEventListener("change", () => {
-    if (box.checked) state.selected.add(s.stack_id); else state.selected.delete(s.stack_id);
-    updateSelection();
-  });
+  let box = "";
+  if (may("may_batch_delete")) {
+    box = el("input", { type: "checkbox", "aria-label": "Select " + s.stack_id });
+    box.checked = state.selected.has(s.stack_id);
+    box.addEventListener("change", () => {
+      if (box.checked) state.selected.add(s.stack_id); else state.selected.delete(s.stack_id);
+      updateSelection();
+    });
+  }
+  const actions = may("may_change")
+    ? [el("button", { type: "button", class: "small renew", dataset: { stackId: s.stack_id }, onclick: () => renew(s.stack_id) }, "renew"), " ",
+      el("button", { type: "button", class: "small danger delete", dataset: { stackId: s.stack_id }, onclick: () => deleteOne(s.stack_id) }, "delete")]
+    : [];
   const ports = (s.ports || []).map((p) => `${p.container_port}/${p.protocol}→${p.node_port}`).join(" ");
   return el("div", { class: "row", dataset: { stackId: s.stack_id } },
     el("span", {}, box),
@@ -414,9 +525,7 @@ function row(s) {
     el("span", { class: "wide" }, challengeOf(s) || "–"),
     el("span", { class: "wide mono" }, ports),
     el("span", { title: s.ttl_expires_at }, new Date(s.ttl_expires_at).toLocaleString()),
-    el("span", {},
-      el("button", { type: "button", class: "small renew", dataset: { stackId: s.stack_id }, onclick: () => renew(s.stack_id) }, "renew"), " ",
-      el("button", { type: "button", class: "small danger delete", dataset: { stackId: s.stack_id }, onclick: () => deleteOne(s.stack_id) }, "delete")));
+    el("span", {}, ...actions));
 }
 
 function updateSelection() {
@@ -506,18 +615,12 @@ document.addEventListener("DOMContentLoaded", () => {
     e.preventDefault();
     const key = $("key").value.trim();
     if (!key) return;
-    state.key = key;
-    sessionStorage.setItem(KEY_STORAGE, key);
     $("key").value = "";
     message("Loading…");
-    start();
+    useKey(key);
   });
   $("key-forget").addEventListener("click", () => {
-    stop();
-    sessionStorage.removeItem(KEY_STORAGE);
-    state.key = "";
-    $("main").hidden = true;
-    $("key-forget").hidden = true;
+    forgetKey();
     message("Key forgotten. Enter the API key to load the data.");
   });
   $("viewport").addEventListener("scroll", () => requestAnimationFrame(renderRows), { passive: true });

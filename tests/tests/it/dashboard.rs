@@ -1,14 +1,16 @@
 //! The dashboard in a real headless Chromium (Debian's chromium + chromedriver, over
-//! WebDriver) against the API served over TCP on the local environment. Screenshots go to
-//! target/tmp/dashboard/.
+//! WebDriver) against the API served over TCP on the local environment, with the harness's
+//! owner key and with keys of each role. Screenshots go to target/tmp/dashboard/.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use axum::body::Body;
 use fantoccini::Locator;
-use http::Method;
+use http::{Method, Request};
 use serde_json::json;
-use stack_tests::api::{API_KEY, ApiHarness, WEB_POD};
+use sha2::{Digest, Sha256};
+use stack_tests::api::{API_KEY, ApiHarness, Reply, WEB_POD};
 use stack_tests::browser::{Browser, plain, serve};
 
 /// Long enough for a refresh (every 4 s) and a delete; the wait ends as soon as it holds.
@@ -95,6 +97,8 @@ async fn dashboard_shows_what_the_api_shows_and_deletes_a_stack() {
     wait_loaded_after(&browser, t0).await;
     let shot = browser.screenshot("dashboard-laptop").await.expect("screenshot");
     eprintln!("screenshot: {}", shot.display());
+    // `API_KEY` is the owner of tenant `default`.
+    assert_eq!(text(&browser, "#identity").await, "owner · tenant default");
 
     // Same counts as /stats, same stacks as /stacks.
     let stats = api.call(Method::GET, "/stats", None).await.json;
@@ -262,6 +266,249 @@ async fn a_wrong_key_is_refused_with_a_clear_message() {
         "no data shown without the right key"
     );
     browser.screenshot("dashboard-wrong-key").await.expect("screenshot");
+    browser.close().await;
+    api.finish().await;
+}
+
+// Keys of a deployment with tenants (`API_KEYS`); `default` keeps the harness's owner key.
+const CTF_PLATFORM: &str = "ctf-platform-key";
+const WARGAME_PLATFORM: &str = "wargame-platform-key";
+const WARGAME_VIEWER: &str = "wargame-viewer-key";
+const OPERATOR_EVERY_TENANT: &str = "operator-every-tenant-key";
+
+fn sha256_hex(key: &str) -> String {
+    format!("{:x}", Sha256::digest(key.as_bytes()))
+}
+
+/// An API with tenants `ctf` and `wargame` (at most 50 stacks) besides `default`, and a key of
+/// each role above.
+async fn harness_with_tenants() -> ApiHarness {
+    let keys = [
+        ("platform:ctf", CTF_PLATFORM),
+        ("platform:wargame", WARGAME_PLATFORM),
+        ("viewer:wargame", WARGAME_VIEWER),
+        ("operator:*", OPERATOR_EVERY_TENANT),
+    ]
+    .map(|(who, key)| format!("{who}:{}", sha256_hex(key)))
+    .join(",");
+    ApiHarness::with_env(&[("STACK_TENANTS", "default,ctf=500,wargame=50"), ("API_KEYS", &keys)]).await
+}
+
+/// `method path` with `key`, as a platform or an operator sends it.
+async fn call_as(api: &ApiHarness, key: &str, method: Method, path: &str, body: Option<serde_json::Value>) -> Reply {
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("x-api-key", key)
+        .header("content-type", "application/json")
+        .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
+        .expect("request");
+    api.send(request).await
+}
+
+/// A stack created by the platform whose key is `key`; its id.
+async fn create_as(api: &ApiHarness, key: &str) -> String {
+    let body = json!({ "pod_spec": WEB_POD, "target_port": 80 });
+    let reply = call_as(api, key, Method::POST, "/stacks", Some(body)).await;
+    assert_eq!(reply.status, 201, "{}", reply.json);
+    plain(&reply.json["stack_id"])
+}
+
+/// The dashboard of `api` in a new browser, its key form ready.
+async fn open_dashboard(api: &ApiHarness) -> Browser {
+    let base = serve(api.router.clone()).await.expect("serve the API");
+    let browser = Browser::start(1366, 1000).await.expect("browser");
+    browser
+        .client
+        .goto(&format!("{base}/dashboard"))
+        .await
+        .expect("open dashboard");
+    browser
+        .client
+        .wait()
+        .at_most(PAGE_WAIT)
+        .for_element(Locator::Id("key-form"))
+        .await
+        .expect("key form");
+    browser
+}
+
+async fn shown_stacks(browser: &Browser) -> BTreeSet<String> {
+    let mut shown = BTreeSet::new();
+    for row in browser.client.find_all(Locator::Css("#rows .row")).await.expect("rows") {
+        shown.insert(row.attr("data-stack-id").await.expect("attr").expect("row id"));
+    }
+    shown
+}
+
+async fn count(browser: &Browser, css: &str) -> usize {
+    browser.client.find_all(Locator::Css(css)).await.expect(css).len()
+}
+
+/// Whether every element `css` matches (at least one) is on screen; `false` if none is.
+async fn all_displayed(browser: &Browser, css: &str) -> bool {
+    let found = browser.client.find_all(Locator::Css(css)).await.expect(css);
+    let mut all = !found.is_empty();
+    for element in found {
+        all &= element.is_displayed().await.expect("displayed");
+    }
+    all
+}
+
+async fn none_displayed(browser: &Browser, css: &str) -> bool {
+    for element in browser.client.find_all(Locator::Css(css)).await.expect(css) {
+        if element.is_displayed().await.expect("displayed") {
+            return false;
+        }
+    }
+    true
+}
+
+async fn assert_no_console_error(browser: &Browser) {
+    // A control the role may not use would show here as a failed call (403).
+    let entries = browser.console().await.expect("console");
+    assert!(entries.iter().all(|e| !e.is_error()), "console errors: {entries:?}");
+}
+
+#[tokio::test]
+async fn a_viewer_of_one_tenant_sees_its_stacks_read_only() {
+    let api = harness_with_tenants().await;
+    let other_tenant = create_as(&api, CTF_PLATFORM).await;
+    let own = BTreeSet::from([
+        create_as(&api, WARGAME_PLATFORM).await,
+        create_as(&api, WARGAME_PLATFORM).await,
+    ]);
+    let browser = open_dashboard(&api).await;
+    let t0 = page_now(&browser).await;
+    enter_key(&browser, WARGAME_VIEWER).await;
+    wait_loaded_after(&browser, t0).await;
+    browser.screenshot("dashboard-viewer").await.expect("screenshot");
+
+    assert_eq!(text(&browser, "#identity").await, "viewer · tenant wargame");
+    let shown = shown_stacks(&browser).await;
+    assert_eq!(shown, own, "only the tenant's stacks");
+    assert!(!shown.contains(&other_tenant));
+    assert_eq!(text(&browser, "#stat-total").await, "2");
+    assert_eq!(text(&browser, "#stat-tenant").await, "2 of 50 stacks (tenant limit)");
+
+    // Read-only: no renew, delete, selection or batch delete.
+    for css in [
+        "button.renew",
+        "button.delete",
+        "button.group-delete",
+        "#rows input[type=checkbox]",
+    ] {
+        assert_eq!(count(&browser, css).await, 0, "{css} shown to a viewer");
+    }
+    assert!(none_displayed(&browser, "#delete-selected, #select-all").await);
+    assert!(text(&browser, "#groups").await.contains("web"), "groups still shown");
+
+    // The history is the deployment's: the panels say so instead of empty charts.
+    assert!(none_displayed(&browser, "#chart, #refusals, #passes").await);
+    assert!(all_displayed(&browser, ".history-note").await, "history notes shown");
+    let note = text(&browser, ".history-note").await;
+    assert!(note.contains("shown to keys of every tenant only"), "{note}");
+    assert!(note.contains("tenant wargame"), "{note}");
+    assert_eq!(text(&browser, "#stat-refusals").await, "–");
+
+    assert_no_console_error(&browser).await;
+    browser.close().await;
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn an_operator_of_every_tenant_gets_the_controls_and_deletes_a_stack() {
+    let api = harness_with_tenants().await;
+    let ctf = create_as(&api, CTF_PLATFORM).await;
+    let wargame = create_as(&api, WARGAME_PLATFORM).await;
+    let browser = open_dashboard(&api).await;
+    let t0 = page_now(&browser).await;
+    enter_key(&browser, OPERATOR_EVERY_TENANT).await;
+    wait_loaded_after(&browser, t0).await;
+    browser.screenshot("dashboard-operator").await.expect("screenshot");
+
+    assert_eq!(text(&browser, "#identity").await, "operator · every tenant");
+    assert_eq!(
+        shown_stacks(&browser).await,
+        BTreeSet::from([ctf.clone(), wargame.clone()])
+    );
+    assert_eq!(count(&browser, "#rows button.renew").await, 2);
+    assert_eq!(count(&browser, "#rows button.delete").await, 2);
+    assert_eq!(count(&browser, "#rows input[type=checkbox]").await, 2);
+    assert!(all_displayed(&browser, "#groups button.group-delete").await);
+    assert!(all_displayed(&browser, "#delete-selected, #select-all").await);
+    // A key of every tenant has the history and no tenant limit.
+    assert!(all_displayed(&browser, "#chart, #refusals, #passes").await);
+    assert!(none_displayed(&browser, ".history-note").await);
+    assert_eq!(text(&browser, "#stat-tenant").await, "");
+
+    // Delete the ctf stack through the page, with its confirmation.
+    browser
+        .client
+        .find(Locator::Css(&format!("button.delete[data-stack-id='{ctf}']")))
+        .await
+        .expect("delete button")
+        .click()
+        .await
+        .expect("click delete");
+    browser
+        .client
+        .wait()
+        .at_most(PAGE_WAIT)
+        .for_element(Locator::Css("#confirm[open]"))
+        .await
+        .expect("confirmation asked");
+    browser
+        .client
+        .find(Locator::Id("confirm-ok"))
+        .await
+        .expect("confirm button")
+        .click()
+        .await
+        .expect("confirm");
+    browser
+        .client
+        .wait()
+        .at_most(PAGE_WAIT)
+        .for_element(Locator::XPath(&format!(
+            "//p[@id='message' and contains(., 'Deleted {ctf}')]"
+        )))
+        .await
+        .expect("the page says it deleted the stack");
+    let gone = call_as(&api, CTF_PLATFORM, Method::GET, &format!("/stacks/{ctf}"), None).await;
+    assert_eq!(gone.status, 404, "{}", gone.json);
+    let kept = call_as(&api, WARGAME_PLATFORM, Method::GET, &format!("/stacks/{wargame}"), None).await;
+    assert_eq!(kept.status, 200, "{}", kept.json);
+    let t1 = page_now(&browser).await;
+    wait_loaded_after(&browser, t1).await;
+    assert_eq!(shown_stacks(&browser).await, BTreeSet::from([wargame]));
+
+    assert_no_console_error(&browser).await;
+    browser.close().await;
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn a_platform_key_is_told_it_cannot_open_the_dashboard() {
+    let api = harness_with_tenants().await;
+    let browser = open_dashboard(&api).await;
+    enter_key(&browser, CTF_PLATFORM).await;
+    browser
+        .client
+        .wait()
+        .at_most(PAGE_WAIT)
+        .for_element(Locator::Css("#message.error"))
+        .await
+        .expect("a message");
+    let message = text(&browser, "#message").await;
+    assert!(
+        message.contains("platform key of tenant ctf cannot open the dashboard"),
+        "{message}"
+    );
+    assert!(message.contains("operator and viewer keys"), "{message}");
+    assert!(none_displayed(&browser, "#main").await, "no panel for a platform key");
+    browser.screenshot("dashboard-platform").await.expect("screenshot");
+    assert_no_console_error(&browser).await;
     browser.close().await;
     api.finish().await;
 }
