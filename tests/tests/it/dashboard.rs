@@ -9,7 +9,7 @@ use axum::body::Body;
 use fantoccini::Locator;
 use http::{Method, Request};
 use serde_json::json;
-use sha2::{Digest, Sha256};
+use stack_core::tenancy::KeyHash;
 use stack_tests::api::{API_KEY, ApiHarness, Reply, WEB_POD};
 use stack_tests::browser::{Browser, plain, serve};
 
@@ -98,7 +98,7 @@ async fn dashboard_shows_what_the_api_shows_and_deletes_a_stack() {
     let shot = browser.screenshot("dashboard-laptop").await.expect("screenshot");
     eprintln!("screenshot: {}", shot.display());
     // `API_KEY` is the owner of tenant `default`.
-    assert_eq!(text(&browser, "#identity").await, "owner · tenant default");
+    assert_eq!(text(&browser, "#identity").await, "owner · every tenant");
 
     // Same counts as /stats, same stacks as /stacks.
     let stats = api.call(Method::GET, "/stats", None).await.json;
@@ -276,10 +276,6 @@ const WARGAME_PLATFORM: &str = "wargame-platform-key";
 const WARGAME_VIEWER: &str = "wargame-viewer-key";
 const OPERATOR_EVERY_TENANT: &str = "operator-every-tenant-key";
 
-fn sha256_hex(key: &str) -> String {
-    format!("{:x}", Sha256::digest(key.as_bytes()))
-}
-
 /// An API with tenants `ctf` and `wargame` (at most 50 stacks) besides `default`, and a key of
 /// each role above.
 async fn harness_with_tenants() -> ApiHarness {
@@ -289,7 +285,7 @@ async fn harness_with_tenants() -> ApiHarness {
         ("viewer:wargame", WARGAME_VIEWER),
         ("operator:*", OPERATOR_EVERY_TENANT),
     ]
-    .map(|(who, key)| format!("{who}:{}", sha256_hex(key)))
+    .map(|(who, key)| format!("{who}:{}", KeyHash::of(key).to_hex()))
     .join(",");
     ApiHarness::with_env(&[("STACK_TENANTS", "default,ctf=500,wargame=50"), ("API_KEYS", &keys)]).await
 }
