@@ -361,3 +361,191 @@ async fn records_from_before_tenants_belong_to_default_and_a_removed_tenants_sta
     assert!(records.contains(&ctf) && records.contains(&legacy), "{records:?}");
     api.finish().await;
 }
+
+/// What one random call aimed at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    /// A stack of a tenant the key sees.
+    Own,
+    /// A stack of a tenant the key does not see.
+    Foreign,
+    Gone,
+    Malformed,
+}
+
+/// 10,000 calls spread over tenants, roles, routes and stack ids (own, foreign, gone,
+/// malformed), 16 at a time, from a fixed seed (`TENANCY_SEED` to vary it): no answer is 5xx,
+/// none reveals or changes another tenant's stack. Afterwards every stack that is gone, or
+/// whose expiry moved, was deleted or renewed by a key allowed to.
+#[tokio::test]
+async fn ten_thousand_random_calls_never_reveal_or_change_another_tenants_stack() {
+    use rand::rngs::StdRng;
+    use rand::seq::IndexedRandom;
+    use rand::{Rng, SeedableRng};
+    use std::collections::HashMap;
+
+    let seed = std::env::var("TENANCY_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(29);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let api = harness(&[], &[("STACK_CREATE_CONCURRENCY", "32")]).await;
+    let platforms = [CTF_PLATFORM, WARGAME_PLATFORM, UNI_PLATFORM];
+    let mut owner: HashMap<String, &'static str> = HashMap::new();
+    for key in &platforms {
+        for _ in 0..6 {
+            owner.insert(create_as(&api, key).await, key.tenant);
+        }
+    }
+    let mut gone = Vec::new();
+    for key in &platforms {
+        let id = create_as(&api, key).await;
+        assert_eq!(ask(&api, key, &Method::DELETE, "/stacks/{id}", &id).await.status, 200);
+        gone.push(id);
+    }
+    let expiry_before: HashMap<String, jiff::Timestamp> = api
+        .records()
+        .await
+        .into_iter()
+        .map(|r| (r.stack_id.to_string(), r.ttl_expires_at))
+        .collect();
+    let malformed = [
+        "stack-xyz",
+        "stack-0123456789ABCDEF",
+        "..%2f..%2fstats",
+        "job-0123456789abcdef",
+        "stack-0123456789abcdef0",
+    ];
+    let bogus = TestKey {
+        key: "a-key-nobody-configured",
+        role: "platform",
+        tenant: "ctf",
+    };
+    let ids: Vec<String> = owner.keys().cloned().collect();
+    let mut changed_by_right: HashSet<String> = HashSet::new();
+    let mut jobs = Vec::new();
+    let mut statuses: std::collections::BTreeMap<u16, usize> = Default::default();
+    let (mut calls, mut foreign_calls) = (0, 0);
+    while calls < 10_000 {
+        let mut batch = Vec::new();
+        for _ in 0..16 {
+            let key = if rng.random_ratio(1, 20) {
+                bogus
+            } else {
+                *KEYS.choose(&mut rng).expect("keys")
+            };
+            let target = match rng.random_range(0..10) {
+                0..=3 => Target::Own,
+                4..=7 => Target::Foreign,
+                8 => Target::Gone,
+                _ => Target::Malformed,
+            };
+            let candidates: Vec<&String> = ids
+                .iter()
+                .filter(|id| key.sees(owner[*id]) == (target == Target::Own))
+                .collect();
+            let id = match target {
+                Target::Own | Target::Foreign => match candidates.choose(&mut rng) {
+                    Some(id) => (*id).clone(),
+                    None => continue,
+                },
+                Target::Gone => gone.choose(&mut rng).expect("gone").clone(),
+                Target::Malformed => (*malformed.choose(&mut rng).expect("malformed")).to_owned(),
+            };
+            let (method, path, body) = match rng.random_range(0..100) {
+                0..=29 => (Method::GET, format!("/stacks/{id}/status"), None),
+                30..=49 => (Method::GET, format!("/stacks/{id}"), None),
+                50..=64 => (Method::POST, format!("/stacks/{id}/renew"), None),
+                // Deleting one's own stacks would soon leave nothing to aim at.
+                65..=72 if target == Target::Own => (Method::GET, format!("/stacks/{id}/status"), None),
+                65..=72 => (Method::DELETE, format!("/stacks/{id}"), None),
+                73..=76 => {
+                    let mut mixed: Vec<String> = ids.choose_multiple(&mut rng, 3).cloned().collect();
+                    mixed.push(id.clone());
+                    mixed.retain(|s| owner.get(s).is_none_or(|tenant| !key.sees(tenant)));
+                    if mixed.is_empty() {
+                        mixed.push(id.clone());
+                    }
+                    let body = json!({ "stack_ids": mixed });
+                    (Method::POST, "/stacks/batch-delete".to_owned(), Some(body))
+                }
+                77..=81 => (Method::GET, "/stacks?limit=1000".to_owned(), None),
+                82..=88 => (Method::GET, "/stats".to_owned(), None),
+                89..=93 => (Method::GET, "/history".to_owned(), None),
+                94..=98 => (Method::GET, "/identity".to_owned(), None),
+                _ => (Method::POST, "/stacks".to_owned(), Some(create_body())),
+            };
+            if target == Target::Foreign {
+                foreign_calls += 1;
+            }
+            batch.push((key, target, id, method, path, body));
+        }
+        let replies = futures::future::join_all(
+            batch
+                .iter()
+                .map(|(key, _, _, method, path, body)| api.call_as(key.key, method.clone(), path, body.clone())),
+        )
+        .await;
+        for ((key, target, id, method, path, body), reply) in batch.iter().zip(replies) {
+            calls += 1;
+            *statuses.entry(reply.status).or_default() += 1;
+            let what = format!(
+                "{} {method} {path} ({target:?}): {} {}",
+                key.key, reply.status, reply.json
+            );
+            assert!(reply.status < 500, "{what}");
+            let text = reply.json.to_string();
+            // No answer names a stack of a tenant the key does not see.
+            for (other, tenant) in &owner {
+                assert!(
+                    key.sees(tenant) && *key != bogus || !text.contains(other.as_str()),
+                    "{what}"
+                );
+            }
+            if *target == Target::Foreign && path.contains(id.as_str()) {
+                assert!(matches!(reply.status, 401 | 403 | 404), "{what}");
+            }
+            if path == "/stacks" && reply.status == 201 {
+                let created = reply.json["stack_id"].as_str().expect("id").to_owned();
+                owner.insert(created, key.tenant);
+            }
+            if reply.status == 202 {
+                jobs.push((reply.json["job_id"].as_str().expect("job id").to_owned(), *key));
+            }
+            let may_touch = match (method, path.as_str()) {
+                (&Method::POST, p) if p.ends_with("/renew") => key.may_change(),
+                (&Method::DELETE, _) => key.may_change(),
+                (&Method::POST, "/stacks/batch-delete") => key.may_batch_delete(),
+                _ => false,
+            };
+            if may_touch && *key != bogus {
+                let named: Vec<String> = match body.as_ref().and_then(|b| b["stack_ids"].as_array()) {
+                    Some(ids) => ids.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect(),
+                    None => vec![id.clone()],
+                };
+                changed_by_right.extend(named.into_iter().filter(|s| owner.get(s).is_some_and(|t| key.sees(t))));
+            }
+        }
+    }
+    for (job, key) in &jobs {
+        wait_job(&api, key, &format!("/stacks/batch-delete/{job}")).await;
+    }
+    let after: HashMap<String, jiff::Timestamp> = api
+        .records()
+        .await
+        .into_iter()
+        .map(|r| (r.stack_id.to_string(), r.ttl_expires_at))
+        .collect();
+    for (id, expiry) in &expiry_before {
+        if gone.contains(id) {
+            continue;
+        }
+        let touched = after.get(id) != Some(expiry);
+        assert!(
+            !touched || changed_by_right.contains(id),
+            "{id} changed by a key that may not"
+        );
+    }
+    eprintln!("{calls} calls ({foreign_calls} at another tenant's stacks), seed {seed}: {statuses:?}");
+    api.finish().await;
+}
