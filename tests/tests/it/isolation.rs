@@ -1,6 +1,7 @@
 //! The stacks' isolation as a participant's shell meets it on the real nodes, whose NetworkPolicy
 //! enforcer (kube-router's firewall) plays EKS's VPC CNI agent: from inside a stack, the node's
-//! metadata service, the apiserver, a host of the "VPC" and another stack are closed, the
+//! metadata service, the apiserver, a host of the "VPC" and another stack (of another tenant:
+//! the namespace's one isolation policy is what keeps tenants apart) are closed, the
 //! cluster's DNS port and the internet open; the stack's own port still answers from outside.
 //!
 //! Every closed target is shown open from a pod the isolation does not select (the control),
@@ -16,10 +17,11 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
-use stack_tests::api::ApiHarness;
+use stack_tests::api::{API_KEY, ApiHarness};
 use stack_tests::challenges::Challenge;
 use stack_tests::env::{real_nodes, unique_name};
 use stack_tests::participant::{address_of, read_all, read_all_within};
+use stack_tests::tenants::{self, ALL_OPERATOR, CTF_PLATFORM, WARGAME_PLATFORM};
 use tokio::net::TcpListener;
 
 const START_BOUND: Duration = Duration::from_secs(60);
@@ -49,10 +51,12 @@ async fn listener_on(host: &str) -> (SocketAddr, tokio::task::JoinHandle<()>) {
     (addr, task)
 }
 
-async fn wait_running(api: &ApiHarness, id: &str) -> SocketAddr {
+async fn wait_running(api: &ApiHarness, key: &str, id: &str) -> SocketAddr {
     let started = std::time::Instant::now();
     loop {
-        let reply = api.call(Method::GET, &format!("/stacks/{id}/status"), None).await;
+        let reply = api
+            .call_as(key, Method::GET, &format!("/stacks/{id}/status"), None)
+            .await;
         if reply.json["status"] == "running" {
             return address_of(&reply.json).expect("address");
         }
@@ -113,12 +117,21 @@ async fn dns_stand_in(api: &ApiHarness, targets: &str) -> (Api<Pod>, String, Str
 
 #[tokio::test]
 async fn a_stack_reaches_dns_and_the_internet_and_nothing_private_and_no_stack_reaches_it() {
-    let api = ApiHarness::on_real_nodes(&[
+    let tenants = tenants::settings(&[]);
+    let mut vars = vec![
         ("STACK_EXPOSURE", "hostport"),
         ("STACK_NODEPORT_MIN", "32720"),
         ("STACK_NODEPORT_MAX", "32723"),
-    ])
-    .await;
+    ];
+    vars.extend(tenants.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let api = ApiHarness::on_real_nodes(&vars).await;
+    let create_as = |key: &'static str, manifest: String| {
+        let api = &api;
+        async move {
+            let body = json!({"pod_spec": manifest, "target_port": 8080});
+            api.call_as(key, Method::POST, "/stacks", Some(body)).await
+        }
+    };
     let settings = &api.env.settings;
     let registry = api.registry().to_owned();
     let host = registry.rsplit_once(':').map(|(h, _)| h.to_owned()).expect("host:port");
@@ -135,12 +148,12 @@ async fn a_stack_reaches_dns_and_the_internet_and_nothing_private_and_no_stack_r
         )
     };
 
-    // Another team's stack: its challenge port on its pod address is what a scan would find.
+    // Another tenant's stack: its challenge port on its pod address is what a scan would find.
     let neighbour = Challenge::local(&registry, "tcp");
-    let created = api.create(&neighbour.manifest(), json!(8080)).await;
+    let created = create_as(WARGAME_PLATFORM.key, neighbour.manifest()).await;
     assert_eq!(created.status, 201, "{}", created.json);
     let neighbour_id = created.json["stack_id"].as_str().expect("id").to_owned();
-    let neighbour_public = wait_running(&api, &neighbour_id).await;
+    let neighbour_public = wait_running(&api, WARGAME_PLATFORM.key, &neighbour_id).await;
     let stack_pods: Api<Pod> = Api::namespaced(api.env.kube.clone(), &api.namespace);
     let neighbour_ip = pod_ip(&stack_pods, &neighbour_id).await;
     let neighbour_pod = format!("{neighbour_ip}:8080");
@@ -186,10 +199,10 @@ async fn a_stack_reaches_dns_and_the_internet_and_nothing_private_and_no_stack_r
         internet.to_string(),
     ];
     let shell = Challenge::local(&registry, "tcp").with_env("PROBES", &targets.join(" "));
-    let created = api.create(&shell.manifest(), json!(8080)).await;
+    let created = create_as(CTF_PLATFORM.key, shell.manifest()).await;
     assert_eq!(created.status, 201, "{}", created.json);
     let shell_id = created.json["stack_id"].as_str().expect("id").to_owned();
-    let address = wait_running(&api, &shell_id).await;
+    let address = wait_running(&api, CTF_PLATFORM.key, &shell_id).await;
     // Its own port still answers a participant from outside.
     let first = read_all_within(address, PROBES_BOUND)
         .await
@@ -220,7 +233,8 @@ async fn a_stack_reaches_dns_and_the_internet_and_nothing_private_and_no_stack_r
 
     let _ = dns_pods.delete(&dns_name, &DeleteParams::default()).await;
     for id in [shell_id, neighbour_id] {
-        api.call(Method::DELETE, &format!("/stacks/{id}"), None).await;
+        api.call_as(ALL_OPERATOR.key, Method::DELETE, &format!("/stacks/{id}"), None)
+            .await;
     }
     api.finish().await;
 }
@@ -271,7 +285,7 @@ async fn without_an_enforcer_a_stack_fails_isolation_not_enforced_instead_of_run
     let created = api.create(&challenge.manifest(), json!(8080)).await;
     assert_eq!(created.status, 201, "{}", created.json);
     let id = created.json["stack_id"].as_str().expect("id").to_owned();
-    let address = wait_running(&api, &id).await;
+    let address = wait_running(&api, API_KEY, &id).await;
     let said = read_all(address).await.expect("the stack answers");
     assert!(said.contains(&challenge.flag), "{said}");
     api.finish().await;
