@@ -8,7 +8,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use super::item::{PK, key, n, read_item, s, to_item};
+use super::item::{PK, key, n, read_item, to_item};
 use super::{Store, StoreError};
 use crate::model::StackId;
 use crate::tenancy::TenantId;
@@ -145,19 +145,9 @@ impl Store {
 
     /// Every hold of `tenant`, strongly consistent (the reconciler recounts from them).
     pub async fn list_tenant_holds(&self, tenant: &TenantId) -> Result<Vec<TenantHold>, StoreError> {
+        // Strongly consistent whatever DDB_CONSISTENT_READ says: the recount relies on it.
         let (holds, unreadable) = self
-            .query_all(
-                || {
-                    self.client
-                        .query()
-                        .table_name(&self.table)
-                        .key_condition_expression("#pk = :pk")
-                        .expression_attribute_names("#pk", PK)
-                        .expression_attribute_values(":pk", s(partition(tenant)))
-                        .consistent_read(true)
-                },
-                read_item::<TenantHold>,
-            )
+            .query_partition_read(&partition(tenant), true, read_item::<TenantHold>)
             .await?;
         for item in unreadable {
             tracing::warn!(error = %item, "tenant hold does not read");

@@ -335,6 +335,17 @@ impl Store {
         pk: &str,
         parse: impl FnMut(Item) -> Result<T, Unreadable>,
     ) -> Result<(Vec<T>, Vec<Unreadable>), StoreError> {
+        self.query_partition_read(pk, self.consistent_read, parse).await
+    }
+
+    /// [`query_partition`](Self::query_partition) with the consistency given, not
+    /// `DDB_CONSISTENT_READ`'s.
+    pub(super) async fn query_partition_read<T>(
+        &self,
+        pk: &str,
+        consistent: bool,
+        parse: impl FnMut(Item) -> Result<T, Unreadable>,
+    ) -> Result<(Vec<T>, Vec<Unreadable>), StoreError> {
         self.query_all(
             || {
                 self.client
@@ -343,7 +354,7 @@ impl Store {
                     .key_condition_expression("#pk = :pk")
                     .expression_attribute_names("#pk", PK)
                     .expression_attribute_values(":pk", s(pk))
-                    .consistent_read(self.consistent_read)
+                    .consistent_read(consistent)
             },
             parse,
         )

@@ -52,6 +52,27 @@ async fn wait_loaded_after(browser: &Browser, after: u64) {
         .expect("the page loaded the data");
 }
 
+/// Confirms the deletion the page asks about and waits until it says `id` is deleted.
+async fn confirm_deletion(browser: &Browser, id: &str) {
+    browser
+        .client
+        .find(Locator::Id("confirm-ok"))
+        .await
+        .expect("confirm button")
+        .click()
+        .await
+        .expect("confirm");
+    browser
+        .client
+        .wait()
+        .at_most(PAGE_WAIT)
+        .for_element(Locator::XPath(&format!(
+            "//p[@id='message' and contains(., 'Deleted {id}')]"
+        )))
+        .await
+        .expect("the page says it deleted the stack");
+}
+
 async fn page_now(browser: &Browser) -> u64 {
     browser
         .client
@@ -140,23 +161,7 @@ async fn dashboard_shows_what_the_api_shows_and_deletes_a_stack() {
         .await
         .expect("confirmation asked");
     browser.screenshot("dashboard-confirm").await.expect("screenshot");
-    browser
-        .client
-        .find(Locator::Id("confirm-ok"))
-        .await
-        .expect("confirm button")
-        .click()
-        .await
-        .expect("confirm");
-    browser
-        .client
-        .wait()
-        .at_most(PAGE_WAIT)
-        .for_element(Locator::XPath(&format!(
-            "//p[@id='message' and contains(., 'Deleted {victim}')]"
-        )))
-        .await
-        .expect("the page says it deleted the stack");
+    confirm_deletion(&browser, &victim).await;
     let pod = api.pods_api().get_opt(&victim).await.expect("get pod");
     let service = api
         .services_api()
@@ -454,23 +459,7 @@ async fn an_operator_of_every_tenant_gets_the_controls_and_deletes_a_stack() {
         .for_element(Locator::Css("#confirm[open]"))
         .await
         .expect("confirmation asked");
-    browser
-        .client
-        .find(Locator::Id("confirm-ok"))
-        .await
-        .expect("confirm button")
-        .click()
-        .await
-        .expect("confirm");
-    browser
-        .client
-        .wait()
-        .at_most(PAGE_WAIT)
-        .for_element(Locator::XPath(&format!(
-            "//p[@id='message' and contains(., 'Deleted {ctf}')]"
-        )))
-        .await
-        .expect("the page says it deleted the stack");
+    confirm_deletion(&browser, &ctf).await;
     let gone = call_as(&api, CTF_PLATFORM, Method::GET, &format!("/stacks/{ctf}"), None).await;
     assert_eq!(gone.status, 404, "{}", gone.json);
     let kept = call_as(&api, WARGAME_PLATFORM, Method::GET, &format!("/stacks/{wargame}"), None).await;
