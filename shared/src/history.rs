@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 
+use crate::tenancy::{Scope, TenantId};
+
 /// How long snapshots and refusal counts are kept: a day of charts, plus an hour of slack.
 pub const RETENTION: SignedDuration = SignedDuration::from_hours(25);
 
@@ -85,6 +87,31 @@ pub struct RefusalMinute {
     pub counts: BTreeMap<String, u64>,
 }
 
+/// The name a tenant's count of `reason` is kept under, beside the deployment's (tenant names
+/// hold no `/`).
+pub fn tenant_count(tenant: &TenantId, reason: RefusalReason) -> String {
+    format!("{tenant}/{}", reason.as_str())
+}
+
+impl RefusalMinute {
+    /// The counts `scope` may see: the deployment's for every tenant, else its tenant's own.
+    pub fn of_scope(self, scope: &Scope) -> Self {
+        let counts = self
+            .counts
+            .into_iter()
+            .filter_map(|(name, count)| match (scope.tenant(), name.split_once('/')) {
+                (None, None) => Some((name, count)),
+                (Some(tenant), Some((of, reason))) if of == tenant.as_str() => Some((reason.to_owned(), count)),
+                _ => None,
+            })
+            .collect();
+        Self {
+            minute: self.minute,
+            counts,
+        }
+    }
+}
+
 /// The start of `at`'s minute.
 pub fn minute_of(at: Timestamp) -> Timestamp {
     Timestamp::from_second(at.as_second().div_euclid(60) * 60).unwrap_or(at)
@@ -93,6 +120,23 @@ pub fn minute_of(at: Timestamp) -> Timestamp {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_sees_the_deployments_refusals_or_only_its_tenants() {
+        let ctf = TenantId::parse("ctf").unwrap();
+        let minute = RefusalMinute {
+            minute: Timestamp::UNIX_EPOCH,
+            counts: BTreeMap::from([
+                ("tenant_limit".to_owned(), 3),
+                (tenant_count(&ctf, RefusalReason::TenantLimit), 2),
+                ("uni/tenant_limit".to_owned(), 1),
+            ]),
+        };
+        let all = minute.clone().of_scope(&Scope::All).counts;
+        assert_eq!(all, BTreeMap::from([("tenant_limit".to_owned(), 3)]));
+        let own = minute.of_scope(&Scope::Tenant(ctf)).counts;
+        assert_eq!(own, BTreeMap::from([("tenant_limit".to_owned(), 2)]));
+    }
 
     #[test]
     fn refusals_are_bucketed_by_minute() {

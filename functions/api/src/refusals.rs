@@ -5,14 +5,19 @@
 
 use stack_core::history::RefusalReason;
 use stack_core::stacks::StackError;
+use stack_core::tenancy::TenantId;
 
 use crate::state::AppState;
 
-pub fn count(state: &AppState, err: &StackError) {
+pub fn count(state: &AppState, tenant: TenantId, err: &StackError) {
     let reason = RefusalReason::of(err);
     let stacks = state.stacks.clone();
     tokio::spawn(async move {
-        if let Err(err) = stacks.store().count_refusal(reason, jiff::Timestamp::now()).await {
+        if let Err(err) = stacks
+            .store()
+            .count_refusal(reason, &tenant, jiff::Timestamp::now())
+            .await
+        {
             tracing::debug!(error = %err, "counting a create refusal failed");
         }
     });

@@ -9,7 +9,8 @@ use jiff::Timestamp;
 
 use super::item::{EXPIRES_AT, Item, PK, SK, Unreadable, n, read_item, s, take_key, to_item};
 use super::{Store, StoreError};
-use crate::history::{PassSnapshot, RETENTION, RefusalMinute, RefusalReason, minute_of};
+use crate::history::{PassSnapshot, RETENTION, RefusalMinute, RefusalReason, minute_of, tenant_count};
+use crate::tenancy::TenantId;
 
 const HISTORY_PK: &str = "HISTORY";
 const REFUSALS_PK: &str = "REFUSALS";
@@ -42,16 +43,24 @@ impl Store {
         self.query_since(HISTORY_PK, since, read_item).await
     }
 
-    /// Adds one refusal to the count of `at`'s minute: one atomic update, no read.
-    pub async fn count_refusal(&self, reason: RefusalReason, at: Timestamp) -> Result<(), StoreError> {
+    /// Adds one refusal of `tenant`'s create to the count of `at`'s minute, the deployment's
+    /// and the tenant's ([`RefusalMinute::of_scope`] reads them apart): one atomic update, no
+    /// read.
+    pub async fn count_refusal(
+        &self,
+        reason: RefusalReason,
+        tenant: &TenantId,
+        at: Timestamp,
+    ) -> Result<(), StoreError> {
         let minute = minute_of(at);
         self.client
             .update_item()
             .table_name(&self.table)
             .key(PK, s(REFUSALS_PK))
             .key(SK, s(sort_key(minute)))
-            .update_expression("ADD #reason :one SET #minute = :minute, #expires = :expires")
+            .update_expression("ADD #reason :one, #tenant_reason :one SET #minute = :minute, #expires = :expires")
             .expression_attribute_names("#reason", reason.as_str())
+            .expression_attribute_names("#tenant_reason", tenant_count(tenant, reason))
             .expression_attribute_names("#minute", MINUTE)
             .expression_attribute_names("#expires", EXPIRES_AT)
             .expression_attribute_values(":one", n(1))
@@ -107,6 +116,7 @@ fn refusal_minute(mut item: Item) -> Result<RefusalMinute, Unreadable> {
             reason: "no minute, or not a time".into(),
         });
     };
+    item.remove(EXPIRES_AT);
     let counts: BTreeMap<String, u64> = item
         .into_iter()
         .filter_map(|(reason, value)| match value {

@@ -289,6 +289,29 @@ async fn a_tenants_limit_holds_under_a_burst_and_other_tenants_are_unaffected() 
         json!({"name": "ctf", "max_stacks": 3, "stacks": 3})
     );
     assert_eq!(stats.json["capacity"]["node_ports"]["free"], 0, "{}", stats.json);
+    // The ten refusals are ctf's own history (counted in the background), not wargame's.
+    let refused = |key: &'static TestKey| {
+        let api = &api;
+        async move {
+            let history = api.call_as(key.key, Method::GET, "/history", None).await;
+            let minutes = history.json["refusals"].as_array().cloned().unwrap_or_default();
+            minutes
+                .iter()
+                .filter_map(|m| m["counts"]["tenant_limit"].as_u64())
+                .sum::<u64>()
+        }
+    };
+    let mut seen = 0;
+    for _ in 0..50 {
+        seen = refused(&CTF_OPERATOR).await;
+        if seen == 10 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(seen, 10, "ctf's refusals in its history");
+    assert_eq!(refused(&ALL_OPERATOR).await, 10);
+    assert_eq!(refused(&WARGAME_VIEWER).await, 0);
     api.finish().await;
 }
 

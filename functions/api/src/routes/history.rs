@@ -37,23 +37,29 @@ pub struct History {
     ),
 )]
 ///
-/// Passes and refusals are of the whole deployment: a key of one tenant gets both empty.
+/// Passes are of the whole deployment: a key of one tenant gets none, and only its tenant's
+/// refusals.
 pub async fn history(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
 ) -> Result<Json<History>, ApiError> {
-    let challenge_label = state.stacks.config().challenge_label.clone();
-    if principal.scope != Scope::All {
-        return Ok(Json(History {
-            challenge_label,
-            passes: Vec::new(),
-            refusals: Vec::new(),
-        }));
-    }
     let since = Timestamp::now().saturating_sub(WINDOW).unwrap_or(Timestamp::UNIX_EPOCH);
     let store = state.stacks.store();
-    let (passes, refusals) = tokio::try_join!(store.pass_snapshots_since(since), store.refusals_since(since))
-        .map_err(stack_core::stacks::StackError::from)?;
+    let scope = &principal.scope;
+    let passes = async {
+        match scope {
+            Scope::All => store.pass_snapshots_since(since).await,
+            Scope::Tenant(_) => Ok(Vec::new()),
+        }
+    };
+    let (passes, refusals) =
+        tokio::try_join!(passes, store.refusals_since(since)).map_err(stack_core::stacks::StackError::from)?;
+    let challenge_label = state.stacks.config().challenge_label.clone();
+    let refusals = refusals
+        .into_iter()
+        .map(|minute| minute.of_scope(scope))
+        .filter(|minute| !minute.counts.is_empty())
+        .collect();
     Ok(Json(History {
         challenge_label,
         passes,

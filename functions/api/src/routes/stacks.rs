@@ -56,7 +56,7 @@ pub async fn create(
     let record = match state.stacks.create(request).await {
         Ok(CreateOutcome::Created(record) | CreateOutcome::Replayed(record)) => record,
         Err(err) => {
-            crate::refusals::count(&state, &err);
+            crate::refusals::count(&state, principal.tenant_for_create(), &err);
             return Err(err.into());
         }
     };
