@@ -104,16 +104,9 @@ impl ApiHarness {
             env.settings.real_nodes > 0,
             "the environment runs no real node (STACK_ENV_REAL_NODES=0)"
         );
-        let allowlist = format!("{registry}/");
-        let participants = crate::env::real_nodes::participant_cidr(&registry);
-        let check = crate::env::real_nodes::isolation_check_image(&registry);
-        let mut vars = vec![
-            ("STACK_NODE_ROLE", crate::env::real_nodes::STACK_ROLE),
-            ("STACK_IMAGE_ALLOWLIST", allowlist.as_str()),
-            ("STACK_ALLOW_INGRESS_CIDRS", participants.as_str()),
-            ("STACK_ISOLATION_CHECK_IMAGE", check.as_str()),
-            ("STACK_PROXY_SYNC", "1s"),
-        ];
+        let settings = crate::env::real_nodes::api_settings(&registry);
+        let mut vars: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        vars.push(("STACK_PROXY_SYNC", "1s"));
         vars.extend_from_slice(overrides);
         let kube = kube_config(&env).await;
         let mut harness = Self::build(env, kube, &vars, None).await;

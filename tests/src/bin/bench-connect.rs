@@ -118,24 +118,23 @@ async fn run(env: &TestEnv, options: &Options, registry: &str, fixture: &mut Ben
     let most = options.bursts.iter().copied().max().unwrap_or(1);
     // One Lambda sandbox per create in AWS: as many create slots as creates at once.
     let slots = (2 * most).to_string();
-    let allowlist = format!("{registry}/");
-    let participants = real_nodes::participant_cidr(registry);
-    let check = if options.isolation_check {
-        real_nodes::isolation_check_image(registry)
-    } else {
-        String::new()
-    };
     let deadline = format!("{}s", START_DEADLINE.as_secs());
-    let settings = [
+    let mut real_nodes = real_nodes::api_settings(registry);
+    if !options.isolation_check {
+        // Set blank, not left out: the API process would inherit env.sh's.
+        for (name, value) in &mut real_nodes {
+            if *name == "STACK_ISOLATION_CHECK_IMAGE" {
+                value.clear();
+            }
+        }
+    }
+    let mut settings: Vec<(&str, &str)> = real_nodes.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    settings.extend([
         ("STACK_EXPOSURE", options.exposure.as_str()),
-        ("STACK_NODE_ROLE", real_nodes::STACK_ROLE),
-        ("STACK_IMAGE_ALLOWLIST", allowlist.as_str()),
-        ("STACK_ALLOW_INGRESS_CIDRS", participants.as_str()),
-        ("STACK_ISOLATION_CHECK_IMAGE", check.as_str()),
         ("STACK_CREATE_CONCURRENCY", slots.as_str()),
         ("STACK_START_TIMEOUT", deadline.as_str()),
         ("STACK_PROXY_SYNC", options.proxy_sync.as_str()),
-    ];
+    ]);
     let api = ApiProcess::spawn(&env.settings, &namespace, &table, API_KEY, &settings).map_err(|e| e.to_string())?;
     let client = ApiClient::new(api.addr(), API_KEY);
     client

@@ -44,8 +44,25 @@ pub fn image(registry: &str, name: &str) -> String {
 /// registry listens. It is private, so an API whose stacks run on the real nodes lets it in
 /// (`STACK_ALLOW_INGRESS_CIDRS`) as an operator lets in an on-site network.
 pub fn participant_cidr(registry: &str) -> String {
-    let host = registry.rsplit_once(':').map_or(registry, |(host, _)| host);
-    format!("{host}/32")
+    format!("{}/32", registry_host(registry))
+}
+
+/// The host of the registry's `host:port`: the bridge's host end, a private address of this
+/// machine (a host of the "VPC" to a stack).
+pub fn registry_host(registry: &str) -> &str {
+    registry.rsplit_once(':').map_or(registry, |(host, _)| host)
+}
+
+/// What an API whose stacks run on the real nodes is configured with, as an operator would:
+/// stacks on the `role=stack` nodes, images of the local registry let through as a private
+/// registry is, participants' network let in, and the isolation check.
+pub fn api_settings(registry: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("STACK_NODE_ROLE", STACK_ROLE.to_owned()),
+        ("STACK_IMAGE_ALLOWLIST", format!("{registry}/")),
+        ("STACK_ALLOW_INGRESS_CIDRS", participant_cidr(registry)),
+        ("STACK_ISOLATION_CHECK_IMAGE", isolation_check_image(registry)),
+    ]
 }
 
 /// The real nodes' share of this test process: every harness on them holds a shared guard; a

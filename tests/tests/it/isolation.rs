@@ -134,7 +134,7 @@ async fn a_stack_reaches_dns_and_the_internet_and_nothing_private_and_no_stack_r
     };
     let settings = &api.env.settings;
     let registry = api.registry().to_owned();
-    let host = registry.rsplit_once(':').map(|(h, _)| h.to_owned()).expect("host:port");
+    let host = real_nodes::registry_host(&registry).to_owned();
     let internet_host = settings.internet_host.clone().expect("STACK_ENV_INTERNET_HOST");
     let (vpc, _vpc_task) = listener_on(&host).await;
     let (internet, _internet_task) = listener_on(&internet_host).await;
