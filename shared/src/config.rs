@@ -130,6 +130,9 @@ pub struct Config {
     pub kube_qps: f32,
     pub kube_burst: u32,
     pub api_key_enabled: bool,
+    /// `STACK_CREATE_RATE`: pods per second the control plane binds (the scheduler's API rate
+    /// of the EKS control plane tier), for `POST /preflight`.
+    pub create_rate: f64,
     /// `STACK_TENANTS`: the deployment's tenants and their limits.
     pub tenants: Tenants,
     /// `API_KEYS` and `API_KEY`: who each key is; empty unless `api_key_enabled`.
@@ -357,6 +360,7 @@ impl Config {
             kube_qps: env.parse("K8S_CLIENT_QPS", 50.0, parse_positive_f32),
             kube_burst: env.parse("K8S_CLIENT_BURST", 100, parse_num),
             api_key_enabled,
+            create_rate: f64::from(env.parse("STACK_CREATE_RATE", 50.0, parse_positive_f32)),
             tenants,
             keys,
             listen_addr: env.parse("LISTEN_ADDR", SocketAddr::from(([127, 0, 0, 1], 8081)), |v| {

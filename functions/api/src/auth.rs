@@ -56,7 +56,7 @@ fn action_of(method: &Method, route: &str) -> Action {
         (&Method::POST, "/stacks") => Action::Create,
         (&Method::DELETE, "/stacks/{stack_id}") | (&Method::POST, "/stacks/{stack_id}/renew") => Action::Change,
         (_, "/stacks/batch-delete" | "/stacks/batch-delete/{job_id}") => Action::BatchDelete,
-        (_, "/stats" | "/history") => Action::Observe,
+        (_, "/stats" | "/history" | "/preflight") => Action::Observe,
         _ => Action::Read,
     }
 }
@@ -104,6 +104,7 @@ mod tests {
             (Method::GET, "/stacks/batch-delete/{job_id}", Action::BatchDelete),
             (Method::GET, "/stats", Action::Observe),
             (Method::GET, "/history", Action::Observe),
+            (Method::POST, "/preflight", Action::Observe),
             (Method::GET, "/healthz", Action::Read),
             (Method::GET, "/identity", Action::Read),
         ];

@@ -8,7 +8,7 @@ use stack_core::model::{PortMapping, Protocol};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
 
-use crate::routes::{batch, dashboard, health, history, identity, stacks};
+use crate::routes::{batch, dashboard, health, history, identity, preflight, stacks};
 
 /// Every error: `{"error": "<message>"}`.
 #[derive(Serialize, ToSchema)]
@@ -79,6 +79,29 @@ pub struct CreateStackRequest {
     pub target_port: TargetPorts,
 }
 
+/// `POST /preflight`: the stacks an event expects; unknown fields are ignored.
+#[derive(Serialize, ToSchema)]
+#[schema(example = json!({"stacks": [{"count": 300, "pod_spec": EXAMPLE_POD, "target_port": [{"container_port": 80}]}], "opening_seconds": 60}))]
+pub struct PreflightRequest {
+    /// At most 100 kinds of stack (`stacks::MAX_PREFLIGHT_KINDS`), at most 100,000 stacks in all.
+    #[schema(min_items = 1, max_items = 100)]
+    pub stacks: Vec<ExpectedStacksItem>,
+    /// The window the stacks will be created in, for the create-rate check.
+    #[schema(minimum = 1, maximum = 86400)]
+    pub opening_seconds: Option<u32>,
+    /// For a key of every tenant: the tenant whose limit to check.
+    pub tenant: Option<String>,
+}
+
+/// Stacks of one manifest, shaped as a create body.
+#[derive(Serialize, ToSchema)]
+pub struct ExpectedStacksItem {
+    #[schema(minimum = 1, maximum = 100000)]
+    pub count: u32,
+    pub pod_spec: String,
+    pub target_port: TargetPorts,
+}
+
 struct ApiKeyScheme;
 
 impl Modify for ApiKeyScheme {
@@ -116,6 +139,7 @@ impl Modify for ApiKeyScheme {
         batch::get,
         history::history,
         identity::identity,
+        preflight::preflight,
         dashboard::page,
         openapi_json,
     ),
@@ -162,6 +186,7 @@ mod tests {
             "/stats",
             "/history",
             "/identity",
+            "/preflight",
             "/dashboard",
             "/openapi.json",
         ] {

@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use crate::error::ApiError;
-use crate::routes::{batch, dashboard, health, history, identity, stacks};
+use crate::routes::{batch, dashboard, health, history, identity, preflight, stacks};
 use crate::state::AppState;
 use crate::{auth, deadline, request_log};
 
@@ -36,6 +36,7 @@ pub fn router(state: AppState) -> Router {
         .route("/stats", get(stacks::stats))
         .route("/history", get(history::history))
         .route("/identity", get(identity::identity))
+        .route("/preflight", post(preflight::preflight))
         .route("/openapi.json", get(crate::openapi::openapi_json))
         .route("/dashboard", get(dashboard::page))
         .route("/dashboard/{file}", get(dashboard::file))

@@ -11,7 +11,9 @@ use serde_json::Value;
 use stack_core::model::{
     FailureReason, MANAGED_BY_LABEL, OWN_LABEL_PREFIX, PortMapping, Protocol, StackRecord, StackStatus, TargetPort,
 };
+use stack_core::stacks::{EventPlan, ExpectedStacks};
 use stack_core::store::ListCursor;
+use stack_core::tenancy::TenantId;
 
 use crate::error::ApiError;
 
@@ -241,6 +243,10 @@ pub struct CreateBody {
 /// Parses `{"pod_spec": "<yaml>", "target_port": [...] | <int>}`; unknown fields are ignored.
 pub fn parse_create_body(body: &[u8]) -> Result<CreateBody, ApiError> {
     let value: Value = serde_json::from_slice(body).map_err(|_| ApiError::invalid_json())?;
+    create_body(&value)
+}
+
+fn create_body(value: &Value) -> Result<CreateBody, ApiError> {
     let object = value.as_object().ok_or_else(ApiError::invalid_json)?;
     let pod_spec = match object.get("pod_spec") {
         Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
@@ -263,6 +269,54 @@ pub fn parse_create_body(body: &[u8]) -> Result<CreateBody, ApiError> {
         Some(_) => return Err(ApiError::invalid_json()),
     };
     Ok(CreateBody { pod_spec, target_ports })
+}
+
+/// Parses `POST /preflight`'s `{"stacks": [{"count": N, "pod_spec": ..., "target_port": ...}],
+/// "opening_seconds": S, "tenant": "ctf"}` (each item shaped as a create body).
+pub fn parse_preflight_body(body: &[u8]) -> Result<EventPlan, ApiError> {
+    let value: Value = serde_json::from_slice(body).map_err(|_| ApiError::invalid_json())?;
+    let object = value.as_object().ok_or_else(ApiError::invalid_json)?;
+    let items = object
+        .get("stacks")
+        .and_then(Value::as_array)
+        .ok_or_else(|| ApiError::bad_request("stacks is required"))?;
+    let stacks = items
+        .iter()
+        .enumerate()
+        .map(|(index, item)| {
+            let count = item
+                .get("count")
+                .and_then(Value::as_u64)
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| ApiError::bad_request(format!("stacks[{index}].count is required")))?;
+            let CreateBody { pod_spec, target_ports } = create_body(item)?;
+            Ok(ExpectedStacks {
+                count,
+                manifest: pod_spec,
+                target_ports,
+            })
+        })
+        .collect::<Result<_, ApiError>>()?;
+    let opening_seconds = match object.get("opening_seconds") {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) => Some(
+            n.as_u64()
+                .filter(|s| (1..=86_400).contains(s))
+                .map(|s| s as f64)
+                .ok_or_else(|| ApiError::bad_request("opening_seconds must be a whole number, 1 to 86400"))?,
+        ),
+        Some(_) => return Err(ApiError::invalid_json()),
+    };
+    let tenant = match object.get("tenant") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(name)) => Some(TenantId::parse(name).map_err(ApiError::bad_request)?),
+        Some(_) => return Err(ApiError::invalid_json()),
+    };
+    Ok(EventPlan {
+        stacks,
+        opening_seconds,
+        tenant,
+    })
 }
 
 fn target_port(index: usize, item: &Value) -> Result<TargetPort, ApiError> {

@@ -4,7 +4,9 @@
 mod batch;
 mod capacity;
 mod create;
+mod event;
 mod fit;
+mod forecast;
 mod load_shed;
 pub mod preflight;
 mod read;
@@ -17,6 +19,8 @@ use jiff::{SignedDuration, Timestamp};
 pub use batch::{JobProgress, MAX_BATCH_IDS};
 pub use capacity::{Capacity, NodeCapacity, PortCapacity};
 pub use create::{CreateOutcome, CreateRequest};
+pub use event::{EventPlan, ExpectedStacks, MAX_PREFLIGHT_COUNT, MAX_PREFLIGHT_KINDS};
+pub use forecast::{Check, Forecast};
 pub use read::{ListPage, Stats, TenantStats};
 
 use crate::cluster::{self, Cluster, ClusterError, NamespacePolicy, PodDeletion, PortPolicy};

@@ -15,6 +15,7 @@ mod hostport;
 mod insights;
 mod isolation;
 mod lambda;
+mod preflight;
 mod rbac;
 mod reconciler;
 mod store;

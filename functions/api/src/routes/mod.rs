@@ -5,4 +5,5 @@ pub mod dashboard;
 pub mod health;
 pub mod history;
 pub mod identity;
+pub mod preflight;
 pub mod stacks;

@@ -1,0 +1,36 @@
+//! `POST /preflight`: before an event's start gun, whether the stacks it expects fit, limit by
+//! limit ([`stack_core::stacks::Forecast`]).
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::{Extension, Json};
+use stack_core::stacks::Forecast;
+use stack_core::tenancy::Principal;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::wire::parse_preflight_body;
+
+/// Go or no-go, per limit with the headroom left, for the stacks an event expects.
+#[utoipa::path(
+    post,
+    path = "/preflight",
+    operation_id = "preflight",
+    request_body = crate::openapi::PreflightRequest,
+    responses(
+        (status = 200, description = "Success (go or no-go)", body = Forecast),
+        (status = 400, description = "Invalid body, or a manifest a create would refuse", body = crate::openapi::ErrorBody),
+        (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
+        (status = 403, description = "The key's role may not do this", body = crate::openapi::ErrorBody),
+        (status = 413, description = "Body over 1 MiB", body = crate::openapi::ErrorBody),
+        (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
+    ),
+)]
+pub async fn preflight(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    body: Bytes,
+) -> Result<Json<Forecast>, ApiError> {
+    let plan = parse_preflight_body(&body)?;
+    Ok(Json(state.stacks.preflight(&plan, &principal.scope).await?))
+}

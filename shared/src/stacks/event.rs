@@ -1,0 +1,163 @@
+//! `POST /preflight`: the room an event's stacks would meet now, gathered for
+//! [`forecast`](super::forecast) (the decision, pure). Reads the `usage` index and the node
+//! list, as `/stats` does, and the tenant's counter.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+use super::capacity::{Capacity, NodeCapacity};
+use super::forecast::{Expected, Forecast, NodeRoom, Room, forecast};
+use super::{StackError, Stacks};
+use crate::cluster::is_schedulable_stack_node;
+use crate::model::{StackId, TargetPort};
+use crate::tenancy::{Scope, TenantId};
+use crate::validate;
+use crate::validate::quantity::parse_bytes;
+
+/// Most kinds of stack one preflight names.
+pub const MAX_PREFLIGHT_KINDS: usize = 100;
+/// Most stacks one preflight counts, all kinds together (ten times the largest deployment
+/// measured; it bounds the placement's work).
+pub const MAX_PREFLIGHT_COUNT: u32 = 100_000;
+
+/// Stacks of one manifest an event expects, as a create would send it.
+#[derive(Debug, Clone)]
+pub struct ExpectedStacks {
+    pub count: u32,
+    pub manifest: String,
+    pub target_ports: Vec<TargetPort>,
+}
+
+/// What the operator expects of an event.
+#[derive(Debug, Clone, Default)]
+pub struct EventPlan {
+    pub stacks: Vec<ExpectedStacks>,
+    /// The window the stacks will be created in (the opening minutes).
+    pub opening_seconds: Option<f64>,
+    /// For a key of every tenant: the tenant whose limit to check.
+    pub tenant: Option<TenantId>,
+}
+
+impl Stacks {
+    /// Go or no-go for `plan` (each manifest validated as a create would: a bad one is a 400
+    /// naming it).
+    pub async fn preflight(&self, plan: &EventPlan, scope: &Scope) -> Result<Forecast, StackError> {
+        if plan.stacks.is_empty() || plan.stacks.len() > MAX_PREFLIGHT_KINDS {
+            return Err(StackError::Invalid(format!(
+                "stacks: 1 to {MAX_PREFLIGHT_KINDS} kinds of stack"
+            )));
+        }
+        let total: u64 = plan.stacks.iter().map(|s| u64::from(s.count)).sum();
+        if total > u64::from(MAX_PREFLIGHT_COUNT) {
+            return Err(StackError::Invalid(format!(
+                "stacks: {total} stacks in all, at most {MAX_PREFLIGHT_COUNT}"
+            )));
+        }
+        let expected = plan
+            .stacks
+            .iter()
+            .enumerate()
+            .map(|(index, stacks)| self.expected(index, stacks))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (usage, nodes) = tokio::try_join!(
+            async { self.store.list_stack_usage().await.map_err(StackError::from) },
+            async { self.cluster.list_nodes().await.map_err(StackError::from) },
+        )?;
+        let capacity = Capacity::of(&usage, &nodes, self.cluster.port_policy());
+        let role = &self.cluster.port_policy().node_role;
+        let rooms = nodes
+            .iter()
+            .filter(|node| is_schedulable_stack_node(node, role))
+            .filter_map(|node| node_room(node, &capacity))
+            .collect();
+        let tenant = match scope.tenant().or(plan.tenant.as_ref()) {
+            Some(tenant) => match self.config.tenants.limit(tenant) {
+                Some(limit) => Some((
+                    tenant.to_string(),
+                    limit,
+                    self.store.tenant_held(tenant).await?.unwrap_or(0),
+                )),
+                None => None,
+            },
+            None => None,
+        };
+        let room = Room {
+            node_ports_free: capacity.node_ports.free,
+            nodes: rooms,
+            tenant,
+            create_rate: self.config.create_rate,
+            opening_seconds: plan.opening_seconds,
+        };
+        Ok(forecast(&expected, &room))
+    }
+
+    fn expected(&self, index: usize, stacks: &ExpectedStacks) -> Result<Expected, StackError> {
+        if stacks.count == 0 || stacks.count > MAX_PREFLIGHT_COUNT {
+            return Err(StackError::Invalid(format!(
+                "stacks[{index}].count: 1 to {MAX_PREFLIGHT_COUNT}"
+            )));
+        }
+        let hardened = validate::validate(
+            &stacks.manifest,
+            &stacks.target_ports,
+            &StackId::generate(),
+            &self.policy,
+        )
+        .map_err(|rejection| StackError::Invalid(format!("stacks[{index}]: invalid pod spec: {rejection}")))?;
+        Ok(Expected {
+            count: stacks.count,
+            requested_cpu_milli: hardened.requested_cpu_milli,
+            requested_memory_bytes: hardened.requested_memory_bytes,
+            ports: u32::try_from(stacks.target_ports.len()).unwrap_or(u32::MAX),
+            images: images_of(&hardened.pod),
+        })
+    }
+}
+
+/// Every image the pod runs, init containers (the isolation check's) included.
+fn images_of(pod: &Pod) -> Vec<String> {
+    let Some(spec) = &pod.spec else {
+        return Vec::new();
+    };
+    let images: BTreeSet<String> = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .filter_map(|c| c.image.clone())
+        .collect();
+    images.into_iter().collect()
+}
+
+/// What `node` has left: allocatable less what our stacks on it reserve (other pods' requests
+/// are not read: the stack nodes are the stacks').
+fn node_room(node: &Node, capacity: &Capacity) -> Option<NodeRoom> {
+    let name = node.metadata.name.clone()?;
+    let used = capacity.nodes.get(&name).cloned().unwrap_or_default();
+    let status = node.status.as_ref();
+    let pods = status
+        .and_then(|s| s.allocatable.as_ref())
+        .and_then(|a| a.get("pods"))
+        // A quantity like any other (kwok's nodes say `1k`).
+        .and_then(|q| parse_bytes(&q.0).ok())
+        .unwrap_or(0);
+    let images = status
+        .and_then(|s| s.images.as_ref())
+        .map(|images| images.iter().flat_map(|i| i.names.iter().flatten().cloned()).collect())
+        .unwrap_or_default();
+    let NodeCapacity {
+        allocatable_cpu_milli,
+        allocatable_memory_bytes,
+        reserved_cpu_milli,
+        reserved_memory_bytes,
+        stacks,
+        ..
+    } = used;
+    Some(NodeRoom {
+        name,
+        cpu_milli: allocatable_cpu_milli - reserved_cpu_milli,
+        memory_bytes: allocatable_memory_bytes - reserved_memory_bytes,
+        pods: pods - i64::try_from(stacks).unwrap_or(i64::MAX),
+        images,
+    })
+}
