@@ -53,13 +53,13 @@ async fn each_limit_set_too_low_is_no_go_with_what_is_missing() {
         &[
             ("STACK_NODEPORT_MIN", "32740"),
             ("STACK_NODEPORT_MAX", "32743"),
-            ("STACK_CREATE_RATE", "5"),
+            ("STACK_CREATE_RATE", "2"),
         ],
     )
     .await;
     let body = json!({
         "stacks": [{"count": 5, "pod_spec": BIG_POD, "target_port": [{"container_port": 80}]}],
-        "opening_seconds": 0.5,
+        "opening_seconds": 1,
     });
     let reply = preflight(&api, &CTF_OPERATOR, body).await;
     assert_eq!(reply.json["go"], false, "{}", reply.json);
@@ -68,7 +68,7 @@ async fn each_limit_set_too_low_is_no_go_with_what_is_missing() {
         ("node_ports", -1.0),
         ("placement", -1.0),
         ("tenant", -2.0),
-        ("create_rate", -5.0),
+        ("create_rate", -3.0),
     ] {
         let c = check(&reply, limit);
         assert_eq!(c["go"], false, "{limit}: {c}");
