@@ -9,7 +9,7 @@ use crate::deadlines::{AWS_ATTEMPT_TIMEOUT, AWS_CONNECT_TIMEOUT, AWS_OPERATION_T
 
 /// Region, credentials and endpoints from the environment (`AWS_ENDPOINT_URL_DYNAMODB`
 /// selects DynamoDB Local), with our timeouts.
-pub async fn load_sdk_config() -> SdkConfig {
+pub(crate) async fn load_sdk_config() -> SdkConfig {
     let timeouts = TimeoutConfig::builder()
         .operation_timeout(AWS_OPERATION_TIMEOUT)
         .operation_attempt_timeout(AWS_ATTEMPT_TIMEOUT)

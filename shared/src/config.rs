@@ -14,7 +14,9 @@ use crate::tenancy::{KeyRing, Tenants};
 
 mod hardening;
 
-pub use hardening::{ALWAYS_DROPPED, BASELINE_CAPABILITIES, DropCapabilities, LINUX_CAPABILITIES, NodeTaint};
+#[cfg(test)]
+pub(crate) use hardening::BASELINE_CAPABILITIES;
+pub(crate) use hardening::{DropCapabilities, LINUX_CAPABILITIES, NodeTaint};
 
 /// `STACK_ON_UNSCHEDULABLE`: what a create does when the scheduler finds no node for the pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,13 +51,13 @@ fn parse_on_unschedulable(v: &str) -> Result<OnUnschedulable, String> {
 /// pull and the start. Operators report 80 s to pull a 3 GB image on a fresh node and minutes
 /// for larger ones without pre-pulling; five minutes covers that without leaving a stack
 /// that will never start `creating` for long.
-pub const START_ALLOWANCE: Duration = Duration::from_secs(300);
+pub(crate) const START_ALLOWANCE: Duration = Duration::from_secs(300);
 
 /// Most `STACK_PROXY_SYNC` may be: kube-proxy's full resync period.
 const MAX_PROXY_SYNC: Duration = Duration::from_secs(30);
 
 /// Default of `STACK_CHALLENGE_LABEL`.
-pub const DEFAULT_CHALLENGE_LABEL: &str = "challenge";
+pub(crate) const DEFAULT_CHALLENGE_LABEL: &str = "challenge";
 
 /// Everything both functions read from the environment.
 #[derive(Debug, Clone, PartialEq)]
@@ -170,12 +172,12 @@ impl Default for Isolation {
 
 /// Label keys accepted by default: any (reserved domains stay refused by the validator). Labels
 /// identify; the platform's own labels (e.g. a challenge label) must keep working untouched.
-pub const DEFAULT_LABEL_ALLOWLIST: &[&str] = &["*", "*/*"];
+pub(crate) const DEFAULT_LABEL_ALLOWLIST: &[&str] = &["*", "*/*"];
 
 /// Annotation keys accepted by default: keys without a prefix (private to the author by
 /// Kubernetes convention; add-ons use prefixed keys), the recommended `app.kubernetes.io/*`
 /// and kubectl's informational keys. Prefixed keys steer add-ons, hence an allowlist.
-pub const DEFAULT_ANNOTATION_ALLOWLIST: &[&str] = &[
+pub(crate) const DEFAULT_ANNOTATION_ALLOWLIST: &[&str] = &[
     "*",
     "app.kubernetes.io/*",
     "kubectl.kubernetes.io/default-container",
@@ -509,7 +511,7 @@ fn parse_positive_f32(v: &str) -> Result<f32, String> {
 }
 
 /// Go-style durations: `90s`, `2h`, `1h30m`, `500ms`, `1.5h`.
-pub fn parse_duration(v: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(v: &str) -> Result<Duration, String> {
     const BAD: &str = "expected a duration like 90s, 2h or 1h30m";
     let v = v.trim();
     if v == "0" {
@@ -524,7 +526,7 @@ pub fn parse_duration(v: &str) -> Result<Duration, String> {
 }
 
 /// A duration as [`parse_duration`] reads it back: `5m20s`, `2h`, `90s`, `500ms`, `0s`.
-pub fn format_duration(d: Duration) -> String {
+pub(crate) fn format_duration(d: Duration) -> String {
     let secs = d.as_secs();
     if secs == 0 {
         return format!("{}ms", d.subsec_millis());

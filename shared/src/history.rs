@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::tenancy::{Scope, TenantId};
 
 /// How long snapshots and refusal counts are kept: a day of charts, plus an hour of slack.
-pub const RETENTION: SignedDuration = SignedDuration::from_hours(25);
+pub(crate) const RETENTION: SignedDuration = SignedDuration::from_hours(25);
 
 /// One reconcile pass: the stacks it saw and what it did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -89,7 +89,7 @@ pub struct RefusalMinute {
 
 /// The name a tenant's count of `reason` is kept under, beside the deployment's (tenant names
 /// hold no `/`).
-pub fn tenant_count(tenant: &TenantId, reason: RefusalReason) -> String {
+pub(crate) fn tenant_count(tenant: &TenantId, reason: RefusalReason) -> String {
     format!("{tenant}/{}", reason.as_str())
 }
 
@@ -113,7 +113,7 @@ impl RefusalMinute {
 }
 
 /// The start of `at`'s minute.
-pub fn minute_of(at: Timestamp) -> Timestamp {
+pub(crate) fn minute_of(at: Timestamp) -> Timestamp {
     Timestamp::from_second(at.as_second().div_euclid(60) * 60).unwrap_or(at)
 }
 

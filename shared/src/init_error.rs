@@ -14,7 +14,7 @@ use hyper_util::rt::TokioExecutor;
 /// Where Lambda's Runtime API listens (`host:port`); set only inside Lambda.
 const RUNTIME_API: &str = "AWS_LAMBDA_RUNTIME_API";
 /// Every start-up failure of these functions is a configuration the operator must fix.
-pub const ERROR_TYPE: &str = "InvalidConfiguration";
+pub const INIT_ERROR_TYPE: &str = "InvalidConfiguration";
 /// The Runtime API is on the sandbox's loopback: an answer takes milliseconds.
 const PATIENCE: Duration = Duration::from_secs(2);
 
@@ -46,11 +46,11 @@ pub async fn refuse_to_start(message: &str) {
 }
 
 async fn report(endpoint: &str, message: &str) -> Result<(), ReportError> {
-    let body = serde_json::json!({ "errorType": ERROR_TYPE, "errorMessage": message }).to_string();
+    let body = serde_json::json!({ "errorType": INIT_ERROR_TYPE, "errorMessage": message }).to_string();
     let request = Request::builder()
         .method(Method::POST)
         .uri(endpoint)
-        .header("Lambda-Runtime-Function-Error-Type", ERROR_TYPE)
+        .header("Lambda-Runtime-Function-Error-Type", INIT_ERROR_TYPE)
         .header(header::CONTENT_TYPE, "application/json")
         .body(Full::new(Cursor::new(body.into_bytes())))?;
     let client = Client::builder(TokioExecutor::new()).build_http();

@@ -16,12 +16,12 @@ pub const MANAGED_BY_VALUE: &str = "stack-provisioner";
 pub const STACK_ID_LABEL: &str = "stack-provisioner/stack-id";
 /// The init container that holds a stack back until its isolation is enforced
 /// (`STACK_ISOLATION_CHECK_IMAGE`, `validate/isolation_check.rs`).
-pub const ISOLATION_CHECK_CONTAINER: &str = "stack-isolation-check";
+pub(crate) const ISOLATION_CHECK_CONTAINER: &str = "stack-isolation-check";
 /// Prefix of our own label/annotation keys; input manifests may not use it.
 pub const OWN_LABEL_PREFIX: &str = "stack-provisioner/";
 /// Annotation of a hostport stack's pod listing its host ports (`31001,31002`), so that port
 /// use can be read from a metadata-only pod list.
-pub const HOST_PORTS_ANNOTATION: &str = "stack-provisioner/host-ports";
+pub(crate) const HOST_PORTS_ANNOTATION: &str = "stack-provisioner/host-ports";
 
 /// How participants reach a stack (`STACK_EXPOSURE`). Either way they connect to
 /// `node_public_ip:node_port`; what differs is who holds the port.
@@ -54,7 +54,7 @@ impl Exposure {
     }
 
     /// Whether a stack of this mode has a Service.
-    pub fn has_service(self) -> bool {
+    pub(crate) fn has_service(self) -> bool {
         self == Exposure::NodePort
     }
 }
@@ -78,7 +78,7 @@ impl StackId {
 
     /// One prefix per leading hex digit of the random part: every id starts with exactly one,
     /// and random ids spread evenly over them, so a reader can split all stacks in 16 ranges.
-    pub fn leading_digit_prefixes() -> impl Iterator<Item = String> {
+    pub(crate) fn leading_digit_prefixes() -> impl Iterator<Item = String> {
         (0..16u8).map(|digit| format!("{}{digit:x}", Self::PREFIX))
     }
 
@@ -215,12 +215,12 @@ impl StackStatus {
     }
 
     /// Creating or running: counted as active and holding resources.
-    pub fn is_active(self) -> bool {
+    pub(crate) fn is_active(self) -> bool {
         matches!(self, StackStatus::Creating | StackStatus::Running)
     }
 
     /// Clients treat these as final.
-    pub fn is_terminal(self) -> bool {
+    pub(crate) fn is_terminal(self) -> bool {
         matches!(
             self,
             StackStatus::Stopped | StackStatus::Failed | StackStatus::NodeDeleted
@@ -229,7 +229,7 @@ impl StackStatus {
 
     /// A record of this status is a tombstone: its pod and service were deleted when it
     /// failed, so it holds no port, node or resources, only the reason for clients to read.
-    pub fn is_tombstone(self) -> bool {
+    pub(crate) fn is_tombstone(self) -> bool {
         self == StackStatus::Failed
     }
 }
@@ -383,7 +383,7 @@ impl StackRecord {
     }
 
     /// Since when a failed stack's tombstone has been kept.
-    pub fn failed_since(&self) -> Timestamp {
+    pub(crate) fn failed_since(&self) -> Timestamp {
         self.failed_at.unwrap_or(self.updated_at)
     }
 }
@@ -409,7 +409,7 @@ impl ObservedState {
     }
 
     /// `record` as the store's `update_observed` leaves it when writing this at `now`.
-    pub fn apply_to(&self, record: &mut StackRecord, now: Timestamp) {
+    pub(crate) fn apply_to(&self, record: &mut StackRecord, now: Timestamp) {
         record.status = self.status;
         record.node_id.clone_from(&self.node_id);
         record.node_public_ip.clone_from(&self.node_public_ip);
@@ -603,7 +603,7 @@ pub fn new_job_id() -> String {
 const JOB_ID_PREFIX: &str = "job-";
 
 /// Whether `s` has the form of [`new_job_id`]: anything else can name no job.
-pub fn is_job_id(s: &str) -> bool {
+pub(crate) fn is_job_id(s: &str) -> bool {
     s.strip_prefix(JOB_ID_PREFIX).is_some_and(is_hex16)
 }
 
@@ -621,7 +621,7 @@ pub enum JobStatus {
 }
 
 impl JobStatus {
-    pub fn is_finished(self) -> bool {
+    pub(crate) fn is_finished(self) -> bool {
         matches!(self, JobStatus::Completed | JobStatus::Failed)
     }
 }

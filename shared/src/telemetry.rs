@@ -3,7 +3,7 @@
 use tracing_subscriber::EnvFilter;
 
 /// Installs the global subscriber; call once at start-up.
-pub fn init() {
+pub fn init_tracing() {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
         .json()

@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 /// The tenant of single-key deployments and of records written before tenants existed.
-pub const DEFAULT_TENANT: &str = "default";
+pub(crate) const DEFAULT_TENANT: &str = "default";
 /// Longest tenant name: it is a label value and part of DynamoDB keys.
 const MAX_TENANT_LEN: usize = 32;
 
@@ -47,14 +47,14 @@ impl TenantId {
         &self.0
     }
 
-    pub fn is_default(&self) -> bool {
+    pub(crate) fn is_default(&self) -> bool {
         self.0 == DEFAULT_TENANT
     }
 
     /// How a request's `Idempotency-Key` is stored: scoped by tenant, so that two platforms
     /// sending the same key get two stacks. `default`'s keys keep their bare form (claims made
     /// before tenants existed still match). The separator, U+001F, cannot occur in a header.
-    pub fn scoped_idempotency_key(&self, key: &str) -> String {
+    pub(crate) fn scoped_idempotency_key(&self, key: &str) -> String {
         if self.is_default() {
             key.to_owned()
         } else {
@@ -162,7 +162,7 @@ pub enum Scope {
 }
 
 impl Scope {
-    pub fn covers(&self, tenant: &TenantId) -> bool {
+    pub(crate) fn covers(&self, tenant: &TenantId) -> bool {
         match self {
             Self::Tenant(own) => own == tenant,
             Self::All => true,

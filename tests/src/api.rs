@@ -11,9 +11,9 @@ use kube::Api;
 use kube::api::ListParams;
 use serde_json::Value;
 use stack_api::AppState;
-use stack_core::config::Config;
-use stack_core::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, StackRecord};
-use stack_core::store::{Manifest, Store};
+use stack_core::Config;
+use stack_core::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, StackRecord};
+use stack_core::{Manifest, Store};
 use tower::ServiceExt;
 
 use crate::black_hole::BlackHole;
@@ -132,7 +132,7 @@ impl ApiHarness {
         let env = TestEnv::connect().await.expect("local environment (run tests/env/up)");
         let black_hole = BlackHole::start().await;
         let mut kube = kube::Config::new(black_hole.url().parse().expect("black hole url"));
-        stack_core::cluster::apply_client_limits(&mut kube);
+        stack_core::apply_client_limits(&mut kube);
         Self::build(env, kube, &[], Some(black_hole)).await
     }
 
@@ -364,7 +364,7 @@ pub async fn kube_config(env: &TestEnv) -> kube::Config {
     let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
         .await
         .expect("kube config");
-    stack_core::cluster::apply_client_limits(&mut config);
+    stack_core::apply_client_limits(&mut config);
     config
 }
 

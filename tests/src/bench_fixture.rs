@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams};
-use stack_core::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use stack_core::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
 use crate::env::{EnvError, SimulatedNode, TestEnv, TestTable, nodes};
 use crate::reconciler::add_schedulable_node;

@@ -90,7 +90,7 @@ pub fn kube_counting_by_kind(config: kube::Config, calls: &CallsByKind) -> Resul
         counter.fetch_add(1, Ordering::Relaxed);
         request
     });
-    Ok(stack_core::cluster::client_builder(&config)?.with_layer(&layer).build())
+    Ok(stack_core::client_builder(&config)?.with_layer(&layer).build())
 }
 
 #[derive(Debug)]

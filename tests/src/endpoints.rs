@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::ResourceExt;
-use stack_core::model::STACK_ID_LABEL;
+use stack_core::STACK_ID_LABEL;
 
 /// How the API exposes stacks (`STACK_EXPOSURE`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

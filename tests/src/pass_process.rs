@@ -6,7 +6,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use stack_core::reconcile::{PassError, Reconciler, Summary, run_pass};
+use stack_core::{PassError, Reconciler, Summary, run_pass};
 
 use crate::api::kube_config;
 use crate::counting::{CallTally, CallsByKind, dynamodb_counting_by_operation, kube_counting_by_kind};

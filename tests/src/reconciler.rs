@@ -12,13 +12,13 @@ use k8s_openapi::api::core::v1::{Node, Pod, ResourceRequirements, Service, Servi
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Api;
-use stack_core::config::Config;
-use stack_core::model::{
+use stack_core::Config;
+use stack_core::Stacks;
+use stack_core::{
     MANAGED_BY_LABEL, MANAGED_BY_VALUE, PortMapping, Protocol, STACK_ID_LABEL, StackId, StackRecord, StackStatus,
 };
-use stack_core::reconcile::{PassError, Reconciler, Summary, run_pass};
-use stack_core::stacks::Stacks;
-use stack_core::store::{Manifest, Store, StoreError};
+use stack_core::{Manifest, Store, StoreError};
+use stack_core::{PassError, Reconciler, Summary, run_pass};
 
 use crate::api::{ApiHarness, kube_config};
 use crate::env::rbac_manifest::hardened_probe_pod;
@@ -39,7 +39,7 @@ impl TestReconciler {
     /// A reconciler of `namespace` and `table` with the given extra variables (e.g.
     /// `STACK_ORPHAN_GRACE`); it has clients of its own, like a separate Lambda sandbox.
     pub async fn new(env: &TestEnv, namespace: &str, table: &str, overrides: &[(&str, &str)]) -> Self {
-        let kube = stack_core::cluster::client_builder(&kube_config(env).await)
+        let kube = stack_core::client_builder(&kube_config(env).await)
             .expect("kube client")
             .build();
         let stacks = stacks_over(

@@ -1,7 +1,7 @@
 //! Three tenants and keys of every role, configured exactly as a deployment is
 //! (`STACK_TENANTS`, `API_KEYS` with the keys' SHA-256), for the tenancy tests and benchmarks.
 
-use stack_core::tenancy::KeyHash;
+use stack_core::KeyHash;
 
 /// One configured key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{DeleteParams, ListParams};
 use serde_json::json;
-use stack_core::model::StackId;
+use stack_core::StackId;
 use stack_tests::api::{API_KEY, ApiHarness, Reply, WEB_POD};
 use stack_tests::env::processes::Component;
 use tokio::sync::Mutex;

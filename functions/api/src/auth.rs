@@ -10,7 +10,7 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use stack_core::tenancy::{Action, Principal};
+use stack_core::{Action, Principal};
 
 use crate::error::ApiError;
 use crate::state::AppState;

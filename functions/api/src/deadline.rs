@@ -1,7 +1,7 @@
 //! Every request answers before API Gateway gives up (29 s) and before Lambda ends the
 //! invocation: a handler still running then is dropped and the client gets a JSON 503 instead
 //! of API Gateway's bare 504. Creates have a shorter deadline of their own (see
-//! `stack_core::deadlines::CREATE_DEADLINE`).
+//! `stack_core::CREATE_DEADLINE`).
 
 use std::time::{Duration, SystemTime};
 
@@ -11,7 +11,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use lambda_http::Context;
 
-use stack_core::deadlines::{LAMBDA_MARGIN, REQUEST_DEADLINE};
+use stack_core::{LAMBDA_MARGIN, REQUEST_DEADLINE};
 
 use crate::error::ApiError;
 

@@ -4,7 +4,7 @@ use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
-use stack_core::stacks::{ErrorClass, StackError};
+use stack_core::{ErrorClass, StackError};
 
 /// Seconds a client is asked to wait after a 503.
 const RETRY_AFTER_SECS: &str = "5";
@@ -115,7 +115,7 @@ mod tests {
     #[test]
     fn a_struggling_dependency_is_a_503_with_retry_after() {
         let timed_out = kube::Error::Service(Box::new(std::io::Error::from(std::io::ErrorKind::TimedOut)));
-        let err = StackError::from(stack_core::cluster::ClusterError::Unavailable {
+        let err = StackError::from(stack_core::ClusterError::Unavailable {
             operation: "delete service",
             source: timed_out,
         });
@@ -126,7 +126,7 @@ mod tests {
 
     #[test]
     fn our_own_defects_are_500_without_details() {
-        let err = StackError::from(stack_core::cluster::ClusterError::Incomplete("created pod has no uid"));
+        let err = StackError::from(stack_core::ClusterError::Incomplete("created pod has no uid"));
         let api = ApiError::from(err);
         assert_eq!(api.status, StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(api.message, "internal error");

@@ -1,9 +1,9 @@
 use std::process::ExitCode;
 
 use stack_api::{AppState, router};
-use stack_core::config::{Config, ConfigError};
-use stack_core::init_error::refuse_to_start;
-use stack_core::stacks::SetupError;
+use stack_core::SetupError;
+use stack_core::refuse_to_start;
+use stack_core::{Config, ConfigError};
 
 /// lambda_http's switch for REST API events: the path is the event's own, without the stage.
 const IGNORE_STAGE_IN_PATH: &str = "AWS_LAMBDA_HTTP_IGNORE_STAGE_IN_PATH";
@@ -26,7 +26,7 @@ enum StartError {
 // wake-ups (the API's CPU per create fell 11 % with one, bench-scale at 3,000 stacks).
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    stack_core::telemetry::init();
+    stack_core::init_tracing();
     let in_lambda = std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some();
     let (app, listen_addr) = match start(in_lambda).await {
         Ok(started) => started,

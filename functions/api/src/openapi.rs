@@ -4,7 +4,7 @@
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use stack_core::model::{PortMapping, Protocol};
+use stack_core::{PortMapping, Protocol};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
 
@@ -215,7 +215,7 @@ mod tests {
             None => &ids["items"],
         };
         assert_eq!(item["pattern"], "\\S", "{ids}");
-        assert_eq!(ids["maxItems"], stack_core::stacks::MAX_BATCH_IDS, "{ids}");
+        assert_eq!(ids["maxItems"], stack_core::MAX_BATCH_IDS, "{ids}");
     }
 
     /// Failed stacks say why in two optional fields; the fields clients already read stay

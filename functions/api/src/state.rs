@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use stack_core::config::{Config, ConfigError};
-use stack_core::stacks::{SetupError, Stacks};
-use stack_core::store::Store;
-use stack_core::tenancy::KeyRing;
+use stack_core::KeyRing;
+use stack_core::Store;
+use stack_core::{Config, ConfigError};
+use stack_core::{SetupError, Stacks};
 
 #[derive(Clone)]
 pub struct AppState {

@@ -8,12 +8,12 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use stack_core::model::{
+use stack_core::ListCursor;
+use stack_core::TenantId;
+use stack_core::{EventPlan, ExpectedStacks};
+use stack_core::{
     FailureReason, MANAGED_BY_LABEL, OWN_LABEL_PREFIX, PortMapping, Protocol, StackRecord, StackStatus, TargetPort,
 };
-use stack_core::stacks::{EventPlan, ExpectedStacks};
-use stack_core::store::ListCursor;
-use stack_core::tenancy::TenantId;
 
 use crate::error::ApiError;
 

@@ -5,7 +5,7 @@ use std::time::{Instant, SystemTime};
 
 use lambda_runtime::{LambdaEvent, service_fn};
 use serde_json::Value;
-use stack_core::reconcile::{Reconciler, Summary, run_pass};
+use stack_core::{Reconciler, Summary, run_pass};
 
 use crate::report;
 

@@ -5,9 +5,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use stack_core::config::Config;
-use stack_core::init_error::refuse_to_start;
-use stack_core::reconcile::run_pass;
+use stack_core::Config;
+use stack_core::refuse_to_start;
+use stack_core::run_pass;
 use stack_reconciler::{handler, report, setup};
 
 /// Time budget of a local pass (a Lambda pass takes its deadline from the invocation).
@@ -15,7 +15,7 @@ const LOCAL_BUDGET: Duration = Duration::from_secs(300);
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    stack_core::telemetry::init();
+    stack_core::init_tracing();
     let started = match Config::from_env() {
         Ok(config) => setup::reconciler(config).await,
         Err(err) => Err(err.into()),

@@ -2,7 +2,7 @@
 //! and an Embedded Metric Format line that CloudWatch turns into metrics.
 
 use jiff::Timestamp;
-use stack_core::reconcile::Summary;
+use stack_core::Summary;
 
 pub fn log(s: &Summary) {
     tracing::info!(

@@ -57,7 +57,7 @@ pub fn apply_client_limits(config: &mut kube::Config) {
 
 /// Builds the client: EKS token auth when `EKS_CLUSTER_NAME` is set, otherwise the kubeconfig
 /// (`K8S_KUBECONFIG`, else `KUBECONFIG`/`~/.kube/config`) and `K8S_CONTEXT`.
-pub async fn connect(config: &Config, aws: &aws_config::SdkConfig) -> Result<kube::Client, ClusterError> {
+pub(crate) async fn connect(config: &Config, aws: &aws_config::SdkConfig) -> Result<kube::Client, ClusterError> {
     if let Some(cluster) = &config.eks_cluster_name {
         return eks_kube_client(aws, cluster, TIMEOUTS)
             .await
@@ -82,7 +82,7 @@ pub async fn connect(config: &Config, aws: &aws_config::SdkConfig) -> Result<kub
 }
 
 /// The service stack under a [`ClientBuilder`], boxed so that layers can be added on top.
-pub type KubeService = BoxService<Request<Body>, Response<Box<DynBody>>, BoxError>;
+pub(crate) type KubeService = BoxService<Request<Body>, Response<Box<DynBody>>, BoxError>;
 
 /// What kube's own `ClientBuilder::try_from(Config)` builds (TLS and auth from the config, the
 /// config's timeouts), with our [`USER_AGENT`] (kube sends none) and three differences:

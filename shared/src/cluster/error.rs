@@ -77,7 +77,7 @@ impl ClusterError {
     }
 
     /// A dependency problem that may pass: the client is told to retry (503).
-    pub fn is_transient(&self) -> bool {
+    pub(crate) fn is_transient(&self) -> bool {
         matches!(self, ClusterError::Unavailable { .. })
     }
 }

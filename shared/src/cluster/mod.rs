@@ -10,7 +10,7 @@ mod namespace;
 mod node_addresses;
 mod nodeports;
 mod objects;
-mod observe;
+mod placement;
 mod pod_metadata;
 mod pod_watch;
 mod stack_nodes;
@@ -23,17 +23,20 @@ use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 
-pub use client::{KubeService, apply_client_limits, client_builder, connect};
-pub use error::{ClusterError, ProtobufError};
+pub(crate) use client::connect;
+pub use client::{apply_client_limits, client_builder};
+pub use error::ClusterError;
+pub(crate) use error::ProtobufError;
 #[cfg(test)]
 pub(crate) use health::kubelet;
-pub use health::{PodHealth, Rejection, pod_health};
-pub use namespace::{IsolationReport, NamespacePolicy};
-pub use objects::{stack_service, with_host_ports};
-pub use observe::{
-    Scheduling, has_role, is_port_conflict, is_ready, is_schedulable_stack_node, node_external_ip, scheduling_of,
+pub(crate) use health::{PodHealth, Rejection, pod_health};
+pub(crate) use namespace::{IsolationReport, NamespacePolicy};
+pub(crate) use objects::{stack_service, with_host_ports};
+pub use placement::node_external_ip;
+pub(crate) use placement::{
+    Scheduling, has_role, is_port_conflict, is_ready, is_schedulable_stack_node, scheduling_of,
 };
-pub use stack_nodes::{STACK_NODES_TTL, StackNode};
+pub(crate) use stack_nodes::{STACK_NODES_TTL, StackNode};
 
 use crate::model::{Exposure, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PortMapping, STACK_ID_LABEL, StackId, TargetPort};
 use node_addresses::NodeAddresses;
@@ -50,7 +53,7 @@ use stack_nodes::StackNodeView;
 const POD_DELETE_GRACE_SECONDS: u32 = 1;
 /// How a pod is deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PodDeletion {
+pub(crate) enum PodDeletion {
     /// With [`POD_DELETE_GRACE_SECONDS`]: the object stays until its kubelet has stopped it.
     Graceful,
     /// At once: its node is gone, no kubelet will ever stop it.
@@ -130,7 +133,7 @@ impl Cluster {
         &self.namespace
     }
 
-    pub fn port_policy(&self) -> &PortPolicy {
+    pub(crate) fn port_policy(&self) -> &PortPolicy {
         &self.port_policy
     }
 
@@ -145,7 +148,7 @@ impl Cluster {
 
     /// Ensures the namespace and its guard rails exist, and refuses creation while another
     /// NetworkPolicy widens the isolation (when it is required).
-    pub async fn prepare_namespace(&self) -> Result<(), ClusterError> {
+    pub(crate) async fn prepare_namespace(&self) -> Result<(), ClusterError> {
         self.guard.ensure().await
     }
 
@@ -154,7 +157,7 @@ impl Cluster {
         self.guard.isolation().await
     }
 
-    pub async fn create_pod(&self, pod: &Pod) -> Result<Pod, ClusterError> {
+    pub(crate) async fn create_pod(&self, pod: &Pod) -> Result<Pod, ClusterError> {
         self.pods
             .create(&PostParams::default(), pod)
             .await
@@ -163,7 +166,7 @@ impl Cluster {
 
     /// Creates the stack's NodePort service, owned by `pod`, choosing free node ports in the
     /// configured range; the apiserver's allocator has the final word.
-    pub async fn create_service(
+    pub(crate) async fn create_service(
         &self,
         id: &StackId,
         targets: &[TargetPort],
@@ -195,7 +198,7 @@ impl Cluster {
     /// Ports of the range for `targets`, least used first, none of `rejected`: from this
     /// process's view, refreshed when stale and (once per create, tracked by `refreshed`)
     /// before declaring the range full.
-    pub async fn pick_ports(
+    pub(crate) async fn pick_ports(
         &self,
         targets: &[TargetPort],
         rejected: &HashSet<u16>,
@@ -229,12 +232,12 @@ impl Cluster {
     }
 
     /// Counts host ports as taken once the pod holding them is created.
-    pub fn mark_host_ports_used(&self, ports: &[PortMapping]) {
+    pub(crate) fn mark_host_ports_used(&self, ports: &[PortMapping]) {
         self.ports.mark_used(ports.iter().map(|p| p.node_port));
     }
 
     /// The scheduler found `ports` taken on every node: not picked again until the next refresh.
-    pub fn mark_ports_full(&self, ports: &[PortMapping]) {
+    pub(crate) fn mark_ports_full(&self, ports: &[PortMapping]) {
         self.ports.mark_full(ports.iter().map(|p| p.node_port));
     }
 
@@ -289,7 +292,7 @@ impl Cluster {
     /// be (failed, ended, refused by its kubelet), or the scheduler gave up on it, at most
     /// `budget`: the pod then, or as last seen. A pod still starting (pulling, backing off,
     /// started but not ready) is waited for.
-    pub async fn wait_settled(&self, created: Pod, budget: Duration) -> Result<Pod, ClusterError> {
+    pub(crate) async fn wait_settled(&self, created: Pod, budget: Duration) -> Result<Pod, ClusterError> {
         let settled = |pod: &Pod| {
             matches!(scheduling_of(pod), Scheduling::Unschedulable(_))
                 || !matches!(pod_health(pod), PodHealth::Starting(_))
@@ -307,28 +310,28 @@ impl Cluster {
         Ok(node.and_then(|node| self.node_addresses.remember(&node, read_at)))
     }
 
-    pub async fn get_pod(&self, name: &str) -> Result<Option<Pod>, ClusterError> {
+    pub(crate) async fn get_pod(&self, name: &str) -> Result<Option<Pod>, ClusterError> {
         self.pods
             .get_opt(name)
             .await
             .map_err(|e| ClusterError::from_kube("get pod", e))
     }
 
-    pub async fn get_service(&self, name: &str) -> Result<Option<Service>, ClusterError> {
+    pub(crate) async fn get_service(&self, name: &str) -> Result<Option<Service>, ClusterError> {
         self.services
             .get_opt(name)
             .await
             .map_err(|e| ClusterError::from_kube("get service", e))
     }
 
-    pub async fn get_node(&self, name: &str) -> Result<Option<Node>, ClusterError> {
+    pub(crate) async fn get_node(&self, name: &str) -> Result<Option<Node>, ClusterError> {
         self.nodes
             .get_opt(name)
             .await
             .map_err(|e| ClusterError::from_kube("get node", e))
     }
 
-    pub async fn delete_service(&self, name: &str) -> Result<(), ClusterError> {
+    pub(crate) async fn delete_service(&self, name: &str) -> Result<(), ClusterError> {
         match self.services.delete(name, &DeleteParams::default()).await {
             Ok(_) => Ok(()),
             Err(err) if is_not_found(&err) => Ok(()),
@@ -336,7 +339,7 @@ impl Cluster {
         }
     }
 
-    pub async fn delete_pod(&self, name: &str, deletion: PodDeletion) -> Result<(), ClusterError> {
+    pub(crate) async fn delete_pod(&self, name: &str, deletion: PodDeletion) -> Result<(), ClusterError> {
         let grace = match deletion {
             PodDeletion::Graceful => POD_DELETE_GRACE_SECONDS,
             PodDeletion::Now => 0,
@@ -359,7 +362,7 @@ impl Cluster {
     }
 
     /// Forgets ports of deleted services and pods so that they can be picked again at once.
-    pub fn release_node_ports(&self, ports: &[PortMapping]) {
+    pub(crate) fn release_node_ports(&self, ports: &[PortMapping]) {
         self.ports.mark_free(ports.iter().map(|p| p.node_port));
     }
 
@@ -411,12 +414,12 @@ impl Cluster {
     /// Pods carrying our managed-by label (paginated list calls), keeping only `project(pod)` of
     /// each: at most one page
     /// of full objects is held at a time, which matters with thousands of stacks.
-    pub async fn list_stack_pods_as<T>(&self, project: impl FnMut(Pod) -> T) -> Result<Vec<T>, ClusterError> {
+    pub(crate) async fn list_stack_pods_as<T>(&self, project: impl FnMut(Pod) -> T) -> Result<Vec<T>, ClusterError> {
         list_all(&self.pods, &managed_selector(), project).await
     }
 
     /// Services carrying our managed-by label, keeping only `project(service)` of each.
-    pub async fn list_stack_services_as<T>(&self, project: impl FnMut(Service) -> T) -> Result<Vec<T>, ClusterError> {
+    pub(crate) async fn list_stack_services_as<T>(&self, project: impl FnMut(Service) -> T) -> Result<Vec<T>, ClusterError> {
         list_all(&self.services, &managed_selector(), project).await
     }
 }

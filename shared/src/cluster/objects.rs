@@ -13,7 +13,12 @@ use crate::model::{HOST_PORTS_ANNOTATION, MANAGED_BY_LABEL, MANAGED_BY_VALUE, Po
 /// the garbage collector removes it with the pod even if every other cleanup fails.
 /// `externalTrafficPolicy: Local` keeps the participant's source address and answers only on
 /// the pod's node, whose address is the one we hand out.
-pub fn stack_service(id: &StackId, namespace: &str, ports: &[PortMapping], pod: &Pod) -> Result<Service, ClusterError> {
+pub(crate) fn stack_service(
+    id: &StackId,
+    namespace: &str,
+    ports: &[PortMapping],
+    pod: &Pod,
+) -> Result<Service, ClusterError> {
     let uid = pod
         .metadata
         .uid
@@ -63,7 +68,7 @@ pub fn stack_service(id: &StackId, namespace: &str, ports: &[PortMapping], pod: 
 
 /// `pod` with each of `ports` bound to its host port: on the first container port declaring
 /// it (the validator made sure one does), and listed in [`HOST_PORTS_ANNOTATION`].
-pub fn with_host_ports(pod: &Pod, ports: &[PortMapping]) -> Pod {
+pub(crate) fn with_host_ports(pod: &Pod, ports: &[PortMapping]) -> Pod {
     let mut pod = pod.clone();
     let containers = pod.spec.iter_mut().flat_map(|s| s.containers.iter_mut());
     let mut declared: Vec<&mut ContainerPort> = containers.flat_map(|c| c.ports.iter_mut().flatten()).collect();

@@ -14,7 +14,7 @@ use crate::validate::quantity::{parse_bytes, parse_cpu_milli};
 
 /// How long a read of the stack nodes serves creates. Nodes change in minutes; a node that
 /// joined since is looked for again before a create is refused (`stacks::create`).
-pub const STACK_NODES_TTL: Duration = Duration::from_secs(30);
+pub(crate) const STACK_NODES_TTL: Duration = Duration::from_secs(30);
 
 /// What a create may ask of one node labelled `role=<STACK_NODE_ROLE>`, whatever its state
 /// (a NotReady or cordoned node may come back).

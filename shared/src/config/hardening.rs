@@ -6,13 +6,13 @@
 use crate::kube_names::{is_label_value, is_qualified_name};
 
 /// Always dropped, whatever the profile: raw sockets allow spoofing on the node network.
-pub const ALWAYS_DROPPED: &str = "NET_RAW";
+const ALWAYS_DROPPED: &str = "NET_RAW";
 
 /// Pod Security `baseline`'s capabilities (the container runtime's default set without
 /// `NET_RAW`). The stack namespace enforces baseline and the admission policy of
 /// `functions/kubernetes-rbac.yaml` names this list: a pod adding anything else is refused by
 /// the apiserver, so no other capability can be handed back.
-pub const BASELINE_CAPABILITIES: &[&str] = &[
+pub(crate) const BASELINE_CAPABILITIES: &[&str] = &[
     "AUDIT_WRITE",
     "CHOWN",
     "DAC_OVERRIDE",
@@ -30,7 +30,7 @@ pub const BASELINE_CAPABILITIES: &[&str] = &[
 
 /// Every Linux capability (`capability.h`, 6.x), as Kubernetes spells them: upper case,
 /// without `CAP_`.
-pub const LINUX_CAPABILITIES: &[&str] = &[
+pub(crate) const LINUX_CAPABILITIES: &[&str] = &[
     "CHOWN",
     "DAC_OVERRIDE",
     "DAC_READ_SEARCH",

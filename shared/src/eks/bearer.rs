@@ -19,12 +19,12 @@ use super::EksError;
 use super::token_source::TokenSource;
 
 #[derive(Clone)]
-pub struct BearerAuthLayer {
+pub(crate) struct BearerAuthLayer {
     source: Arc<TokenSource>,
 }
 
 impl BearerAuthLayer {
-    pub fn new(source: Arc<TokenSource>) -> Self {
+    pub(crate) fn new(source: Arc<TokenSource>) -> Self {
         Self { source }
     }
 }
@@ -42,7 +42,7 @@ impl<S> Layer<S> for BearerAuthLayer {
     }
 }
 
-pub struct BearerAuth<S> {
+pub(crate) struct BearerAuth<S> {
     inner: S,
     source: Arc<TokenSource>,
     minting: Option<BoxFuture<'static, Result<HeaderValue, EksError>>>,

@@ -9,7 +9,7 @@ use super::EksError;
 
 /// Connection limits of the Kubernetes client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KubeTimeouts {
+pub(crate) struct KubeTimeouts {
     pub connect: Duration,
     pub read: Duration,
     pub write: Duration,
@@ -17,7 +17,7 @@ pub struct KubeTimeouts {
 
 impl KubeTimeouts {
     /// Sets these limits on `config`, the same for every way the client is built.
-    pub fn apply_to(&self, config: &mut kube::Config) {
+    pub(crate) fn apply_to(&self, config: &mut kube::Config) {
         config.connect_timeout = Some(self.connect);
         config.read_timeout = Some(self.read);
         config.write_timeout = Some(self.write);
@@ -32,12 +32,12 @@ impl KubeTimeouts {
 
 /// The apiserver endpoint and its CA bundle (base64 PEM, as EKS and kubeconfig carry it).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClusterEndpoint {
+pub(crate) struct ClusterEndpoint {
     pub url: String,
     pub ca_data: String,
 }
 
-pub async fn describe_cluster(eks: &aws_sdk_eks::Client, name: &str) -> Result<ClusterEndpoint, EksError> {
+pub(crate) async fn describe_cluster(eks: &aws_sdk_eks::Client, name: &str) -> Result<ClusterEndpoint, EksError> {
     let output = eks
         .describe_cluster()
         .name(name)
@@ -62,7 +62,7 @@ pub async fn describe_cluster(eks: &aws_sdk_eks::Client, name: &str) -> Result<C
 
 /// A kube configuration for `endpoint` that trusts only the cluster's CA and carries no
 /// credentials: the bearer layer adds them per request.
-pub async fn kube_config(endpoint: &ClusterEndpoint, timeouts: KubeTimeouts) -> Result<kube::Config, EksError> {
+pub(crate) async fn kube_config(endpoint: &ClusterEndpoint, timeouts: KubeTimeouts) -> Result<kube::Config, EksError> {
     const NAME: &str = "eks";
     // A kubeconfig in memory lets kube decode and parse the CA bundle exactly as it does for files.
     let kubeconfig = Kubeconfig {

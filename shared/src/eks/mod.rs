@@ -13,8 +13,8 @@ mod token_source;
 
 /// Re-exported so that callers of [`token`] need no direct aws-credential-types dependency.
 pub use aws_credential_types::Credentials;
-pub use bearer::{BearerAuth, BearerAuthLayer};
-pub use cluster::{ClusterEndpoint, KubeTimeouts, describe_cluster, kube_config};
-pub use error::EksError;
-pub use token::{CLUSTER_ID_HEADER, PRESIGN_EXPIRES, TOKEN_LIFETIME, TOKEN_PREFIX, presigned_url, sts_host, token};
-pub use token_source::{TOKEN_REFRESH_AFTER, TokenSource, renewal_time};
+pub(crate) use bearer::BearerAuthLayer;
+pub(crate) use cluster::{KubeTimeouts, describe_cluster, kube_config};
+pub(crate) use error::EksError;
+pub use token::{eks_presigned_url, eks_token};
+pub(crate) use token_source::TokenSource;

@@ -12,18 +12,18 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
 use super::EksError;
 
-pub const TOKEN_PREFIX: &str = "k8s-aws-v1.";
+pub(crate) const TOKEN_PREFIX: &str = "k8s-aws-v1.";
 /// Signed header naming the cluster: EKS refuses a token minted for another cluster.
-pub const CLUSTER_ID_HEADER: &str = "x-k8s-aws-id";
+pub(crate) const CLUSTER_ID_HEADER: &str = "x-k8s-aws-id";
 /// `X-Amz-Expires` of the URL, as aws-iam-authenticator sets it. EKS ignores it and accepts
 /// the token for [`TOKEN_LIFETIME`] after `X-Amz-Date`.
-pub const PRESIGN_EXPIRES: Duration = Duration::from_secs(60);
-pub const TOKEN_LIFETIME: Duration = Duration::from_secs(15 * 60);
+pub(crate) const PRESIGN_EXPIRES: Duration = Duration::from_secs(60);
+pub(crate) const TOKEN_LIFETIME: Duration = Duration::from_secs(15 * 60);
 const OPERATION_QUERY: &str = "Action=GetCallerIdentity&Version=2011-06-15";
 const SIGNATURE_PARAM: &str = "X-Amz-Signature";
 
 /// The regional STS host EKS accepts for `region` (China regions live under `.com.cn`).
-pub fn sts_host(region: &str) -> String {
+pub(crate) fn sts_host(region: &str) -> String {
     let suffix = if region.starts_with("cn-") {
         "amazonaws.com.cn"
     } else {
@@ -32,9 +32,9 @@ pub fn sts_host(region: &str) -> String {
     format!("sts.{region}.{suffix}")
 }
 
-/// `k8s-aws-v1.` + base64url (no padding) of [`presigned_url`].
-pub fn token(credentials: &Credentials, region: &str, cluster: &str, time: SystemTime) -> Result<String, EksError> {
-    let url = presigned_url(credentials, region, cluster, time)?;
+/// `k8s-aws-v1.` + base64url (no padding) of [`eks_presigned_url`].
+pub fn eks_token(credentials: &Credentials, region: &str, cluster: &str, time: SystemTime) -> Result<String, EksError> {
+    let url = eks_presigned_url(credentials, region, cluster, time)?;
     Ok(format!("{TOKEN_PREFIX}{}", URL_SAFE_NO_PAD.encode(url)))
 }
 
@@ -43,7 +43,7 @@ pub fn token(credentials: &Credentials, region: &str, cluster: &str, time: Syste
 ///
 /// Parameters come in botocore's order (operation, auth, then the signature last), so the
 /// token equals the one `aws eks get-token` makes with botocore's own signer.
-pub fn presigned_url(
+pub fn eks_presigned_url(
     credentials: &Credentials,
     region: &str,
     cluster: &str,
@@ -207,7 +207,7 @@ mod tests {
 
     #[test]
     fn token_is_a_presigned_get_caller_identity_url() {
-        let token = token(
+        let token = eks_token(
             &credentials(Some(SESSION_TOKEN)),
             "eu-west-1",
             "ctf-cluster",
@@ -254,7 +254,7 @@ mod tests {
     fn signature_changes_with_the_cluster_and_the_time() {
         let creds = credentials(None);
         let signature = |cluster: &str, secs: u64| {
-            let url = decode(&token(&creds, "us-east-1", cluster, at(secs)).unwrap());
+            let url = decode(&eks_token(&creds, "us-east-1", cluster, at(secs)).unwrap());
             query(&url)
                 .into_iter()
                 .find(|(k, _)| k == SIGNATURE_PARAM)
@@ -269,7 +269,7 @@ mod tests {
 
     #[test]
     fn long_term_keys_carry_no_session_token() {
-        let url = decode(&token(&credentials(None), "us-east-1", "ctf", at(SIGNED_AT)).unwrap());
+        let url = decode(&eks_token(&credentials(None), "us-east-1", "ctf", at(SIGNED_AT)).unwrap());
         let params = query(&url);
         assert!(params.iter().all(|(k, _)| k != "X-Amz-Security-Token"), "{url}");
         let map: BTreeMap<_, _> = params.iter().cloned().collect();
@@ -282,7 +282,7 @@ mod tests {
     #[test]
     fn china_regions_use_their_own_sts_domain() {
         assert_eq!(sts_host("cn-north-1"), "sts.cn-north-1.amazonaws.com.cn");
-        let url = decode(&token(&credentials(None), "cn-north-1", "ctf", at(SIGNED_AT)).unwrap());
+        let url = decode(&eks_token(&credentials(None), "cn-north-1", "ctf", at(SIGNED_AT)).unwrap());
         assert!(url.starts_with("https://sts.cn-north-1.amazonaws.com.cn/?"), "{url}");
     }
 

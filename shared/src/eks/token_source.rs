@@ -9,10 +9,10 @@ use aws_smithy_types::error::display::DisplayErrorContext;
 use http::HeaderValue;
 
 use super::EksError;
-use super::token::token;
+use super::token::{TOKEN_LIFETIME, eks_token};
 
-/// A token lives 15 minutes; renewing after 10 leaves room for clock skew and slow requests.
-pub const TOKEN_REFRESH_AFTER: Duration = Duration::from_secs(10 * 60);
+/// Renewing 5 minutes before the token's end leaves room for clock skew and slow requests.
+pub(crate) const TOKEN_REFRESH_AFTER: Duration = TOKEN_LIFETIME.saturating_sub(Duration::from_secs(5 * 60));
 /// Role credentials must outlive the token signed with them by at least this much.
 const CREDENTIALS_MARGIN: Duration = Duration::from_secs(60);
 
@@ -20,7 +20,7 @@ const CREDENTIALS_MARGIN: Duration = Duration::from_secs(60);
 ///
 /// Wall-clock time decides freshness: a frozen Lambda sandbox does not advance the monotonic
 /// clock, while EKS judges the token by `X-Amz-Date`.
-pub struct TokenSource {
+pub(crate) struct TokenSource {
     credentials: SharedCredentialsProvider,
     region: String,
     cluster: String,
@@ -35,7 +35,7 @@ struct CurrentToken {
 }
 
 impl TokenSource {
-    pub fn new(credentials: SharedCredentialsProvider, region: &str, cluster: &str) -> Self {
+    pub(crate) fn new(credentials: SharedCredentialsProvider, region: &str, cluster: &str) -> Self {
         Self {
             credentials,
             region: region.to_owned(),
@@ -45,7 +45,7 @@ impl TokenSource {
     }
 
     /// The current header if it is still fresh at `now`.
-    pub fn fresh(&self, now: SystemTime) -> Option<HeaderValue> {
+    pub(crate) fn fresh(&self, now: SystemTime) -> Option<HeaderValue> {
         let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         current
             .as_ref()
@@ -54,7 +54,7 @@ impl TokenSource {
     }
 
     /// The fresh header at `now`, minting a new token (with freshly resolved credentials) when due.
-    pub async fn header_at(&self, now: SystemTime) -> Result<HeaderValue, EksError> {
+    pub(crate) async fn header_at(&self, now: SystemTime) -> Result<HeaderValue, EksError> {
         if let Some(header) = self.fresh(now) {
             return Ok(header);
         }
@@ -63,7 +63,7 @@ impl TokenSource {
             .provide_credentials()
             .await
             .map_err(|e| EksError::Credentials(DisplayErrorContext(e).to_string()))?;
-        let token = token(&credentials, &self.region, &self.cluster, now)?;
+        let token = eks_token(&credentials, &self.region, &self.cluster, now)?;
         let mut header =
             HeaderValue::try_from(format!("Bearer {token}")).map_err(|e| EksError::Signing(e.to_string()))?;
         header.set_sensitive(true);
@@ -80,7 +80,7 @@ impl TokenSource {
 
 /// When a token signed at `signed_at` is due: after [`TOKEN_REFRESH_AFTER`], or earlier when
 /// the credentials that signed it expire first.
-pub fn renewal_time(signed_at: SystemTime, credentials_expiry: Option<SystemTime>) -> SystemTime {
+pub(crate) fn renewal_time(signed_at: SystemTime, credentials_expiry: Option<SystemTime>) -> SystemTime {
     let by_age = signed_at + TOKEN_REFRESH_AFTER;
     match credentials_expiry.and_then(|e| e.checked_sub(CREDENTIALS_MARGIN)) {
         Some(by_credentials) => by_age.min(by_credentials),

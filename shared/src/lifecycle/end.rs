@@ -29,7 +29,7 @@ pub enum ObjectKind {
 
 /// Whether a status write-back found its record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RecordWrite {
+pub(crate) enum RecordWrite {
     Written,
     /// The record was deleted meanwhile, or found failed (a tombstone is final).
     Gone,
@@ -37,7 +37,7 @@ pub enum RecordWrite {
 
 /// The writes a removal needs; the live implementation is `Stacks` (DynamoDB and the
 /// apiserver), tests use an in-memory one.
-pub trait StackRemover: Sync {
+pub(crate) trait StackRemover: Sync {
     /// Deletes one of our objects; already gone counts as success.
     fn delete_object(&self, kind: ObjectKind, name: &str) -> impl Future<Output = Result<(), RemoveError>> + Send;
     /// Deletes the record (and its idempotency key); already gone counts as success. With
@@ -93,7 +93,11 @@ impl Removal {
 /// Service and pod first; the record only once both deletes succeeded, so that a failure
 /// leaves the record for the next attempt (or pass) to finish. A failed stack keeps its
 /// record (marked failed first): the tombstone the lifecycle rule removes after its retention.
-pub async fn end_stack<R: StackRemover>(remover: &R, removal: &Removal, now: Timestamp) -> Result<(), RemoveError> {
+pub(crate) async fn end_stack<R: StackRemover>(
+    remover: &R,
+    removal: &Removal,
+    now: Timestamp,
+) -> Result<(), RemoveError> {
     if let Some(mark) = &removal.mark {
         // `Gone` only means someone else removed the record (or found it failed); the
         // objects may remain.
@@ -121,7 +125,7 @@ pub async fn end_stack<R: StackRemover>(remover: &R, removal: &Removal, now: Tim
 
 /// Deletes the named service and pod (of its kind) together; either already gone counts as
 /// success.
-pub async fn delete_objects<R: StackRemover>(
+pub(crate) async fn delete_objects<R: StackRemover>(
     remover: &R,
     service: Option<&str>,
     pod: Option<(ObjectKind, &str)>,

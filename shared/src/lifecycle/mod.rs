@@ -17,8 +17,8 @@
 //! `STACK_FAILED_RETENTION`, then goes too. A pod its kubelet refused to admit (a host port
 //! taken, the node out of a resource) is not the challenge's failure: the stack is gone.
 
-pub mod end;
-pub mod views;
+pub(crate) mod end;
+pub(crate) mod views;
 
 use std::time::Duration;
 
@@ -29,11 +29,11 @@ use crate::config::format_duration;
 use crate::model::{Exposure, Failure, ObservedState, StackRecord, StackStatus};
 use views::{NodeView, PodView, ServiceView};
 
-pub use end::{ObjectKind, Removal, StackRemover, end_stack};
+pub(crate) use end::{ObjectKind, Removal, end_stack};
 
 /// The settings the rule depends on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rules {
+pub(crate) struct Rules {
     /// `STACK_SCHEDULING_TIMEOUT`: how long a stack may stay unscheduled, counted from its
     /// record's `created_at` (the functions' clock, the same as `now` and the TTL's).
     pub scheduling_timeout: Duration,
@@ -51,7 +51,7 @@ pub struct Rules {
 }
 
 impl Rules {
-    pub fn of(config: &crate::config::Config) -> Self {
+    pub(crate) fn of(config: &crate::config::Config) -> Self {
         Self {
             scheduling_timeout: config.scheduling_timeout,
             start_timeout: config.start_timeout,
@@ -90,13 +90,13 @@ pub enum RemovalReason {
 
 impl RemovalReason {
     /// Only a failure keeps the record (the tombstone clients read the reason from).
-    pub fn keeps_record(self) -> bool {
+    pub(crate) fn keeps_record(self) -> bool {
         self == RemovalReason::Failed
     }
 
     /// Judged on a live record: if a concurrent read or pass has meanwhile found the stack
     /// failed, its tombstone is not removed for this reason (the objects are gone either way).
-    pub fn yields_to_failure(self) -> bool {
+    pub(crate) fn yields_to_failure(self) -> bool {
         matches!(
             self,
             RemovalReason::PodMissing
@@ -112,7 +112,7 @@ impl RemovalReason {
 /// What the cluster shows of one stack: its pod, its service and the node the pod is bound
 /// to (`None` if unbound or if that node does not exist), as the caller found them.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Observed<'a> {
+pub(crate) struct StackObjects<'a> {
     pub pod: Option<&'a PodView>,
     pub service: Option<&'a ServiceView>,
     pub node: Option<&'a NodeView>,
@@ -120,7 +120,7 @@ pub struct Observed<'a> {
 
 /// The rule's answer for one stack.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Alive (or a tombstone within its retention), and the record already says what the
     /// cluster shows.
     Keep,
@@ -143,7 +143,7 @@ impl Verdict {
 
 /// What a pod's health means for its stack, `now`, for a stack created at `created_at`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PodVerdict {
+pub(crate) enum PodVerdict {
     /// It lives on with this status.
     Live(StackStatus),
     /// It failed: definitely, or still not Ready past its start deadline.
@@ -157,7 +157,7 @@ pub enum PodVerdict {
 /// `running` means a participant's connection succeeds now), starting is `creating` until the
 /// start deadline and a failure after it, a definite failure fails at once, a succeeded pod is
 /// `stopped`.
-pub fn judge_pod(
+pub(crate) fn judge_pod(
     created_at: Timestamp,
     exposure: Exposure,
     health: &PodHealth,
@@ -195,14 +195,14 @@ fn proxied(ready_by: Option<Timestamp>, now: Timestamp, sync: Duration) -> bool 
 }
 
 /// How much of `sync` is left since `ready_by` (zero once it has passed).
-pub fn proxy_sync_left(ready_by: Option<Timestamp>, now: Timestamp, sync: Duration) -> Duration {
+pub(crate) fn proxy_sync_left(ready_by: Option<Timestamp>, now: Timestamp, sync: Duration) -> Duration {
     let waited = ready_by.map_or(sync, |ready| {
         Duration::try_from(now.duration_since(ready)).unwrap_or(Duration::ZERO)
     });
     sync.saturating_sub(waited)
 }
 
-pub fn judge(record: &StackRecord, observed: Observed<'_>, now: Timestamp, rules: &Rules) -> Verdict {
+pub(crate) fn judge(record: &StackRecord, observed: StackObjects<'_>, now: Timestamp, rules: &Rules) -> Verdict {
     if record.ttl_expires_at <= now {
         return Verdict::end(RemovalReason::Expired);
     }
@@ -292,7 +292,7 @@ fn tombstone(record: &StackRecord, left: bool, now: Timestamp, rules: &Rules) ->
 }
 
 /// Strictly older than `age`; an unknown creation time is never old enough.
-pub fn older_than(created_at: Option<Timestamp>, now: Timestamp, age: Duration) -> bool {
+pub(crate) fn older_than(created_at: Option<Timestamp>, now: Timestamp, age: Duration) -> bool {
     let age = SignedDuration::try_from(age).unwrap_or(SignedDuration::MAX);
     created_at.is_some_and(|created| now.duration_since(created) > age)
 }
@@ -375,7 +375,7 @@ mod tests {
         let view = PodView::of(pod);
         let service = ServiceView { object: object(0) };
         let node = n1();
-        let observed = Observed {
+        let observed = StackObjects {
             pod: Some(&view),
             service: Some(&service),
             node: Some(&node),
@@ -385,7 +385,7 @@ mod tests {
 
     fn judged(record: &StackRecord, pod: &PodView, node: Option<&NodeView>) -> Verdict {
         let service = ServiceView { object: object(0) };
-        let observed = Observed {
+        let observed = StackObjects {
             pod: Some(pod),
             service: Some(&service),
             node,
@@ -485,7 +485,7 @@ mod tests {
             Verdict::end(RemovalReason::PodMissing)
         );
         let alive = pod(Scheduling::Pending, starting(), 1);
-        let observed = Observed {
+        let observed = StackObjects {
             pod: Some(&alive),
             service: None,
             node: None,
@@ -768,7 +768,7 @@ mod tests {
 
     #[test]
     fn a_tombstone_is_kept_within_its_retention_and_removed_after_it() {
-        let nothing = Observed::default();
+        let nothing = StackObjects::default();
         for (failed_secs_ago, want) in [
             (1, Verdict::Keep),
             (600, Verdict::Keep),
@@ -802,13 +802,13 @@ mod tests {
         let left = PodView::of(&kubelet::waiting_for("ErrImagePull", Some(kubelet::NOT_FOUND)));
         let service = ServiceView { object: object(0) };
         for observed in [
-            Observed {
+            StackObjects {
                 pod: Some(&left),
-                ..Observed::default()
+                ..StackObjects::default()
             },
-            Observed {
+            StackObjects {
                 service: Some(&service),
-                ..Observed::default()
+                ..StackObjects::default()
             },
         ] {
             let verdict = judge(&tombstone(1), observed, now(), &RULES);
@@ -821,9 +821,9 @@ mod tests {
         let mut foreign = left;
         foreign.object.managed = false;
         for pod in [&leaving, &foreign] {
-            let observed = Observed {
+            let observed = StackObjects {
                 pod: Some(pod),
-                ..Observed::default()
+                ..StackObjects::default()
             };
             assert_eq!(judge(&tombstone(1), observed, now(), &RULES), Verdict::Keep);
         }

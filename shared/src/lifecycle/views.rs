@@ -12,7 +12,7 @@ use crate::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
 /// What every namespaced object contributes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObjectView {
+pub(crate) struct ObjectView {
     pub name: String,
     pub namespace: String,
     /// Carries `app.kubernetes.io/managed-by=stack-provisioner`.
@@ -24,7 +24,7 @@ pub struct ObjectView {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodView {
+pub(crate) struct PodView {
     pub object: ObjectView,
     /// What its status shows: Ready, still starting, failed, ended or refused.
     pub health: PodHealth,
@@ -32,19 +32,19 @@ pub struct PodView {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServiceView {
+pub(crate) struct ServiceView {
     pub object: ObjectView,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeView {
+pub(crate) struct NodeView {
     pub name: String,
     /// The node's first `ExternalIP`.
     pub external_ip: Option<String>,
 }
 
 impl ObjectView {
-    pub fn of(meta: &ObjectMeta) -> Self {
+    pub(crate) fn of(meta: &ObjectMeta) -> Self {
         let managed = meta
             .labels
             .as_ref()
@@ -61,7 +61,7 @@ impl ObjectView {
 }
 
 impl PodView {
-    pub fn of(pod: &Pod) -> Self {
+    pub(crate) fn of(pod: &Pod) -> Self {
         Self {
             object: ObjectView::of(&pod.metadata),
             health: pod_health(pod),
@@ -71,7 +71,7 @@ impl PodView {
 }
 
 impl ServiceView {
-    pub fn of(service: &Service) -> Self {
+    pub(crate) fn of(service: &Service) -> Self {
         Self {
             object: ObjectView::of(&service.metadata),
         }
@@ -80,7 +80,7 @@ impl ServiceView {
 
 impl NodeView {
     /// `None` for a node without a name (never returned by the apiserver).
-    pub fn of(node: &Node) -> Option<Self> {
+    pub(crate) fn of(node: &Node) -> Option<Self> {
         Some(Self {
             name: node.metadata.name.clone()?,
             external_ip: node_external_ip(node),

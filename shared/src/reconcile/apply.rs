@@ -18,7 +18,7 @@ use crate::store::StoreError;
 
 /// Why one action failed; the next pass retries it.
 #[derive(Debug, thiserror::Error)]
-pub enum ApplyError {
+pub(crate) enum ApplyError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -38,7 +38,7 @@ impl From<RemoveError> for ApplyError {
 
 /// The side effects a plan needs beyond removals; the live implementation is `Stacks`
 /// (DynamoDB and the apiserver), tests use an in-memory one.
-pub trait Effects: StackRemover {
+pub(crate) trait Effects: StackRemover {
     /// Frees an Idempotency-Key if it still belongs to `stack_id`.
     fn release_claim(&self, key: &str, stack_id: &StackId) -> impl Future<Output = Result<(), ApplyError>> + Send;
     fn repair_hold(&self, repair: &HoldRepair) -> impl Future<Output = Result<(), ApplyError>> + Send;
@@ -50,7 +50,7 @@ pub trait Effects: StackRemover {
 }
 
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// At most this many actions in flight.
     pub concurrency: usize,
     /// No action starts at or after this instant.
@@ -113,7 +113,7 @@ impl PassCounts {
 
 /// Runs the actions in plan order, at most `limits.concurrency` at a time, starting none at
 /// or after `limits.stop_at`. Every failure is logged and counted; none stops the others.
-pub async fn apply<E: Effects>(effects: &E, actions: Vec<Action>, limits: Limits, now: Timestamp) -> PassCounts {
+pub(crate) async fn apply<E: Effects>(effects: &E, actions: Vec<Action>, limits: Limits, now: Timestamp) -> PassCounts {
     stream::iter(actions)
         .map(|action| async move {
             let kind = Kind::of(&action);

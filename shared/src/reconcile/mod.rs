@@ -2,15 +2,13 @@
 //! in line, and applies the plan within a time budget under a lease.
 
 mod apply;
-mod live;
-mod observe;
+mod effects;
+mod inventory;
 mod pass;
 mod plan;
 mod snapshot;
 mod summary;
 
-pub use apply::{ApplyError, Effects, Limits, apply};
-pub use observe::{ObserveError, observe};
-pub use pass::{LEASE_NAME, PassError, Reconciler, plan_config, run_pass};
-pub use plan::{Action, Plan, PlanConfig, Snapshot, plan};
-pub use summary::{METRIC_NAMESPACE, Summary};
+pub use pass::{LEASE_NAME, PassError, Reconciler, run_pass};
+pub(crate) use plan::Action;
+pub use summary::Summary;

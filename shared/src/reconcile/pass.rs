@@ -1,4 +1,4 @@
-//! One reconcile pass: lease, observe, plan, apply, release.
+//! One reconcile pass: lease, inventory, plan, apply, release.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -6,7 +6,7 @@ use std::time::Instant;
 use jiff::Timestamp;
 
 use super::apply::{Limits, apply};
-use super::observe::{ObserveError, observe};
+use super::inventory::{InventoryError, take_inventory};
 use super::plan::{PlanConfig, plan};
 use super::summary::Summary;
 use crate::config::Config;
@@ -24,7 +24,7 @@ pub enum PassError {
     #[error("reconciler lease: {0}")]
     Lease(StoreError),
     #[error(transparent)]
-    Observe(#[from] ObserveError),
+    Inventory(#[from] InventoryError),
 }
 
 /// What a pass runs with; built once per process.
@@ -45,7 +45,7 @@ impl Reconciler {
     }
 }
 
-pub fn plan_config(config: &Config) -> PlanConfig {
+pub(crate) fn plan_config(config: &Config) -> PlanConfig {
     PlanConfig {
         namespace: config.namespace.clone(),
         orphan_grace: config.orphan_grace,
@@ -91,9 +91,9 @@ async fn reconcile(reconciler: &Reconciler, stop_at: Instant) -> Result<(Summary
     // record counts as expired only if its TTL had passed before it was read, so a renewal
     // that raced the read cannot be undone by this pass.
     let now = Timestamp::now();
-    let snapshot = observe(stacks.store(), stacks.cluster(), &stacks.config().tenants).await?;
-    let mut history = PassSnapshot::observed(now, &snapshot.records);
-    let plan = plan(snapshot, now, &reconciler.plan);
+    let inventory = take_inventory(stacks.store(), stacks.cluster(), &stacks.config().tenants).await?;
+    let mut history = PassSnapshot::observed(now, &inventory.records);
+    let plan = plan(inventory, now, &reconciler.plan);
     history.count_removals(&plan.actions);
     if plan.foreign > 0 {
         tracing::warn!(records = plan.foreign, "records of another namespace left alone");

@@ -9,14 +9,14 @@ use jiff::Timestamp;
 
 use crate::lifecycle::RemovalReason;
 use crate::lifecycle::views::{NodeView, ObjectView, PodView, ServiceView};
-use crate::lifecycle::{ObjectKind, Observed, Removal, Rules, Verdict, judge, older_than};
+use crate::lifecycle::{ObjectKind, Removal, Rules, StackObjects, Verdict, judge, older_than};
 use crate::model::{BatchDeleteJob, ObservedState, StackId, StackRecord};
 use crate::store::{IdempotencyClaim, TenantHold};
 use crate::tenancy::{TenantId, Tenants};
 
 /// The settings the plan depends on.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlanConfig {
+pub(crate) struct PlanConfig {
     /// `STACK_NAMESPACE`: only records and objects of this namespace are acted on.
     pub namespace: String,
     /// `STACK_ORPHAN_GRACE`: how old an unclaimed object, or a claim without a record, must
@@ -34,7 +34,7 @@ pub struct PlanConfig {
 
 /// Everything one pass observed.
 #[derive(Debug, Clone, Default)]
-pub struct Snapshot {
+pub(crate) struct Inventory {
     pub records: Vec<StackRecord>,
     /// Keys (stack ids) of records that exist but do not read: their stacks are left alone,
     /// objects and claims included, until someone repairs the item or deletes the stack.
@@ -77,7 +77,7 @@ pub enum Action {
 
 /// One tenant's counter and holds, the counter read first.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TenantHolds {
+pub(crate) struct TenantHolds {
     pub tenant: TenantId,
     pub counter: Option<u64>,
     pub holds: Vec<TenantHold>,
@@ -103,7 +103,7 @@ pub enum HoldRepair {
 /// What one pass should do, most urgent first: removals free capacity, status updates only
 /// refresh what clients already get on their next read.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Plan {
+pub(crate) struct Plan {
     pub actions: Vec<Action>,
     /// Records looked at.
     pub scanned: usize,
@@ -121,43 +121,43 @@ struct Objects<'a> {
 }
 
 impl<'a> Objects<'a> {
-    fn index(snapshot: &'a Snapshot, config: &PlanConfig) -> Self {
+    fn index(inventory: &'a Inventory, config: &PlanConfig) -> Self {
         let ours = |o: &ObjectView| o.managed && o.namespace == config.namespace;
         Self {
-            pods: snapshot
+            pods: inventory
                 .pods
                 .iter()
                 .filter(|p| ours(&p.object))
                 .map(|p| (p.object.name.as_str(), p))
                 .collect(),
-            services: snapshot
+            services: inventory
                 .services
                 .iter()
                 .filter(|s| ours(&s.object))
                 .map(|s| (s.object.name.as_str(), s))
                 .collect(),
-            nodes: snapshot.nodes.iter().map(|n| (n.name.as_str(), n)).collect(),
+            nodes: inventory.nodes.iter().map(|n| (n.name.as_str(), n)).collect(),
         }
     }
 }
 
-pub fn plan(snapshot: Snapshot, now: Timestamp, config: &PlanConfig) -> Plan {
-    let objects = Objects::index(&snapshot, config);
+pub(crate) fn plan(inventory: Inventory, now: Timestamp, config: &PlanConfig) -> Plan {
+    let objects = Objects::index(&inventory, config);
     let mut result = Plan {
-        scanned: snapshot.records.len(),
-        unreadable: snapshot.unreadable.len(),
+        scanned: inventory.records.len(),
+        unreadable: inventory.unreadable.len(),
         ..Plan::default()
     };
     let mut removals = Vec::new();
     let mut updates = Vec::new();
     // What an unreadable record would claim, by the names its id gives.
-    let unreadable: Vec<StackId> = snapshot.unreadable.iter().filter_map(|sk| sk.parse().ok()).collect();
+    let unreadable: Vec<StackId> = inventory.unreadable.iter().filter_map(|sk| sk.parse().ok()).collect();
     let unreadable_objects: Vec<(String, String)> =
         unreadable.iter().map(|id| (id.pod_name(), id.service_name())).collect();
     let mut claimed_pods: HashSet<&str> = unreadable_objects.iter().map(|(pod, _)| pod.as_str()).collect();
     let mut claimed_services: HashSet<&str> = unreadable_objects.iter().map(|(_, svc)| svc.as_str()).collect();
 
-    for record in &snapshot.records {
+    for record in &inventory.records {
         claimed_pods.insert(record.pod_id.as_str());
         claimed_services.extend(record.service());
         if record.namespace != config.namespace {
@@ -167,7 +167,7 @@ pub fn plan(snapshot: Snapshot, now: Timestamp, config: &PlanConfig) -> Plan {
         let pod = objects.pods.get(record.pod_id.as_str()).copied();
         let service = record.service().and_then(|name| objects.services.get(name).copied());
         let node = pod.and_then(|p| objects.nodes.get(p.scheduling.node()?).copied());
-        let observed = Observed { pod, service, node };
+        let observed = StackObjects { pod, service, node };
         let verdict = if config.tenants.contains(&record.tenant) {
             judge(record, observed, now, &config.rules)
         } else {
@@ -193,7 +193,7 @@ pub fn plan(snapshot: Snapshot, now: Timestamp, config: &PlanConfig) -> Plan {
     }
 
     result.actions = removals;
-    // Walk the snapshot's own order (not the maps') so that plans are deterministic.
+    // Walk the inventory's own order (not the maps') so that plans are deterministic.
     let is_orphan = |object: &ObjectView, claimed: &HashSet<&str>| {
         object.managed
             && object.namespace == config.namespace
@@ -201,7 +201,7 @@ pub fn plan(snapshot: Snapshot, now: Timestamp, config: &PlanConfig) -> Plan {
             && !claimed.contains(object.name.as_str())
             && older_than(object.created_at, now, config.orphan_grace)
     };
-    for service in snapshot
+    for service in inventory
         .services
         .iter()
         .filter(|s| is_orphan(&s.object, &claimed_services))
@@ -211,19 +211,19 @@ pub fn plan(snapshot: Snapshot, now: Timestamp, config: &PlanConfig) -> Plan {
             name: service.object.name.clone(),
         });
     }
-    for pod in snapshot.pods.iter().filter(|p| is_orphan(&p.object, &claimed_pods)) {
+    for pod in inventory.pods.iter().filter(|p| is_orphan(&p.object, &claimed_pods)) {
         result.actions.push(Action::DeleteOrphan {
             kind: ObjectKind::Pod,
             name: pod.object.name.clone(),
         });
     }
-    let recorded: HashSet<&StackId> = snapshot
+    let recorded: HashSet<&StackId> = inventory
         .records
         .iter()
         .map(|r| &r.stack_id)
         .chain(&unreadable)
         .collect();
-    for (key, claim) in &snapshot.claims {
+    for (key, claim) in &inventory.claims {
         if !recorded.contains(&claim.stack_id) && older_than(Some(claim.claimed_at), now, config.orphan_grace) {
             result.actions.push(Action::ReleaseClaim {
                 key: key.clone(),
@@ -233,8 +233,8 @@ pub fn plan(snapshot: Snapshot, now: Timestamp, config: &PlanConfig) -> Plan {
     }
     result
         .actions
-        .extend(hold_repairs(&snapshot, &removed_ids(&result.actions), now, config));
-    for job in &snapshot.jobs {
+        .extend(hold_repairs(&inventory, &removed_ids(&result.actions), now, config));
+    for job in &inventory.jobs {
         if !job.status.is_finished() && older_than(Some(job.updated_at), now, config.job_idle) {
             result.actions.push(Action::ResumeJob(job.clone()));
         }
@@ -258,16 +258,16 @@ fn removed_ids(actions: &[Action]) -> HashSet<StackId> {
 /// a slot while its record is live (not a tombstone) and this pass does not end it; a hold
 /// younger than the orphan grace may be a create in flight, and stays. The counter is set to
 /// the holds listed (this pass's deletions and additions count at the next one).
-fn hold_repairs(snapshot: &Snapshot, removed: &HashSet<StackId>, now: Timestamp, config: &PlanConfig) -> Vec<Action> {
-    let live: HashMap<&StackId, &StackRecord> = snapshot
+fn hold_repairs(inventory: &Inventory, removed: &HashSet<StackId>, now: Timestamp, config: &PlanConfig) -> Vec<Action> {
+    let live: HashMap<&StackId, &StackRecord> = inventory
         .records
         .iter()
         .filter(|r| !r.status.is_tombstone() && !removed.contains(&r.stack_id))
         .map(|r| (&r.stack_id, r))
         .collect();
-    let recorded: HashSet<&StackId> = snapshot.records.iter().map(|r| &r.stack_id).collect();
+    let recorded: HashSet<&StackId> = inventory.records.iter().map(|r| &r.stack_id).collect();
     let mut repairs = Vec::new();
-    for TenantHolds { tenant, counter, holds } in &snapshot.held {
+    for TenantHolds { tenant, counter, holds } in &inventory.held {
         let held = u64::try_from(holds.len()).unwrap_or(u64::MAX);
         if *counter != Some(held) && !(counter.is_none() && held == 0) {
             repairs.push(HoldRepair::Recount {
@@ -425,8 +425,8 @@ mod tests {
     }
 
     /// Stack 1, healthy and in sync with its record.
-    fn healthy() -> Snapshot {
-        Snapshot {
+    fn healthy() -> Inventory {
+        Inventory {
             records: vec![record(1)],
             unreadable: vec![],
             pods: vec![pod(1)],
@@ -438,8 +438,8 @@ mod tests {
         }
     }
 
-    fn run(snapshot: Snapshot) -> Plan {
-        plan(snapshot, now(), &config())
+    fn run(inventory: Inventory) -> Plan {
+        plan(inventory, now(), &config())
     }
 
     fn removal(plan: &Plan) -> Option<&Removal> {
@@ -478,7 +478,7 @@ mod tests {
 
     #[test]
     fn record_ending_rules() {
-        type Edit = fn(&mut Snapshot);
+        type Edit = fn(&mut Inventory);
         let cases: Vec<(&str, Edit, Option<RemovalReason>)> = vec![
             ("ttl in the future", |_| {}, None),
             (
@@ -579,27 +579,27 @@ mod tests {
             ),
         ];
         for (name, edit, want) in cases {
-            let mut snapshot = healthy();
-            edit(&mut snapshot);
-            assert_eq!(reason(&run(snapshot)), want, "{name}");
+            let mut inventory = healthy();
+            edit(&mut inventory);
+            assert_eq!(reason(&run(inventory)), want, "{name}");
         }
     }
 
     #[test]
     fn succeeded_pods_are_reaped_only_when_configured_and_failed_ones_always_leave_a_tombstone() {
-        let mut snapshot = healthy();
-        snapshot.pods[0].health = PodHealth::Succeeded;
+        let mut inventory = healthy();
+        inventory.pods[0].health = PodHealth::Succeeded;
         let reaping = reaping();
         assert_eq!(
-            reason(&plan(snapshot.clone(), now(), &reaping)),
+            reason(&plan(inventory.clone(), now(), &reaping)),
             Some(RemovalReason::Terminated)
         );
-        assert_eq!(reason(&plan(snapshot, now(), &config())), None);
-        let mut snapshot = healthy();
-        snapshot.pods[0].health = failed_health();
+        assert_eq!(reason(&plan(inventory, now(), &config())), None);
+        let mut inventory = healthy();
+        inventory.pods[0].health = failed_health();
         for config in [config(), reaping.clone()] {
             assert_eq!(
-                reason(&plan(snapshot.clone(), now(), &config)),
+                reason(&plan(inventory.clone(), now(), &config)),
                 Some(RemovalReason::Failed)
             );
         }
@@ -613,26 +613,26 @@ mod tests {
     #[test]
     fn a_missing_object_ends_even_a_young_creating_stack() {
         // The record is read before the objects and written after them: missing is gone.
-        type Edit = fn(&mut Snapshot);
+        type Edit = fn(&mut Inventory);
         let missing: Vec<(&str, Edit)> = vec![
             ("pod", |s| s.pods.clear()),
             ("service", |s| s.services.clear()),
             ("node", |s| s.nodes.clear()),
         ];
         for (what, edit) in missing {
-            let mut snapshot = healthy();
-            snapshot.records[0].created_at = ago(1);
-            snapshot.records[0].status = StackStatus::Creating;
-            edit(&mut snapshot);
-            assert!(removal(&run(snapshot)).is_some(), "{what} missing");
+            let mut inventory = healthy();
+            inventory.records[0].created_at = ago(1);
+            inventory.records[0].status = StackStatus::Creating;
+            edit(&mut inventory);
+            assert!(removal(&run(inventory)).is_some(), "{what} missing");
         }
     }
 
     #[test]
     fn removal_deletes_only_our_observed_objects() {
-        let mut snapshot = healthy();
-        snapshot.records[0].ttl_expires_at = ago(1);
-        let p = run(snapshot);
+        let mut inventory = healthy();
+        inventory.records[0].ttl_expires_at = ago(1);
+        let p = run(inventory);
         let r = removal(&p).unwrap();
         assert_eq!(
             r.record,
@@ -643,23 +643,23 @@ mod tests {
         assert_eq!(r.mark, None);
 
         // The pod lost our label: the record goes, the pod is not touched.
-        let mut snapshot = healthy();
-        snapshot.pods[0].object.managed = false;
-        let p = run(snapshot);
+        let mut inventory = healthy();
+        inventory.pods[0].object.managed = false;
+        let p = run(inventory);
         let r = removal(&p).unwrap();
         assert_eq!((r.pod.clone(), r.service.is_some()), (None, true));
 
         // A terminating pod is still deleted again (idempotent) before the record goes.
-        let mut snapshot = healthy();
-        snapshot.pods[0].object.terminating = true;
-        assert!(removal(&run(snapshot)).unwrap().pod.is_some());
+        let mut inventory = healthy();
+        inventory.pods[0].object.terminating = true;
+        assert!(removal(&run(inventory)).unwrap().pod.is_some());
     }
 
     #[test]
     fn a_lost_node_is_written_as_node_deleted_before_removal() {
-        let mut snapshot = healthy();
-        snapshot.nodes.clear();
-        let p = run(snapshot);
+        let mut inventory = healthy();
+        inventory.nodes.clear();
+        let p = run(inventory);
         let r = removal(&p).unwrap();
         assert_eq!(
             r.mark,
@@ -671,15 +671,15 @@ mod tests {
             })
         );
         // Already marked by an earlier pass whose removal failed: not written again.
-        let mut snapshot = healthy();
-        snapshot.nodes.clear();
-        snapshot.records[0].status = StackStatus::NodeDeleted;
-        assert_eq!(removal(&run(snapshot)).unwrap().mark, None);
+        let mut inventory = healthy();
+        inventory.nodes.clear();
+        inventory.records[0].status = StackStatus::NodeDeleted;
+        assert_eq!(removal(&run(inventory)).unwrap().mark, None);
     }
 
     #[test]
     fn status_write_backs_happen_only_on_change() {
-        type Edit = fn(&mut Snapshot);
+        type Edit = fn(&mut Inventory);
         let running_on_n1 = ObservedState {
             status: StackStatus::Running,
             node_id: "n1".into(),
@@ -773,9 +773,9 @@ mod tests {
             ),
         ];
         for (name, edit, want) in cases {
-            let mut snapshot = healthy();
-            edit(&mut snapshot);
-            let p = run(snapshot);
+            let mut inventory = healthy();
+            edit(&mut inventory);
+            let p = run(inventory);
             let got: Vec<&ObservedState> = p
                 .actions
                 .iter()
@@ -791,9 +791,9 @@ mod tests {
 
     #[test]
     fn a_failing_stack_loses_its_objects_and_keeps_its_record_marked_failed() {
-        let mut snapshot = healthy();
-        snapshot.pods[0].health = PodView::of(&kubelet::waiting_for("ErrImagePull", Some(kubelet::NOT_FOUND))).health;
-        let p = run(snapshot);
+        let mut inventory = healthy();
+        inventory.pods[0].health = PodView::of(&kubelet::waiting_for("ErrImagePull", Some(kubelet::NOT_FOUND))).health;
+        let p = run(inventory);
         assert_eq!(p.actions.len(), 1, "{:?}", p.actions);
         let r = removal(&p).unwrap();
         assert_eq!(r.reason, RemovalReason::Failed);
@@ -808,9 +808,9 @@ mod tests {
         );
 
         // Past its start deadline, a stack that is not Ready fails (it is never left creating).
-        let mut snapshot = healthy();
-        snapshot.pods[0].health = starting();
-        let r = run(snapshot);
+        let mut inventory = healthy();
+        inventory.pods[0].health = starting();
+        let r = run(inventory);
         let mark = removal(&r).and_then(|r| r.mark.clone()).unwrap();
         assert_eq!(mark.failure.map(|f| f.reason), Some(FailureReason::StartTimeout));
     }
@@ -827,11 +827,11 @@ mod tests {
                 claimed_at: ago(3_600),
             },
         );
-        let quiet = Snapshot {
+        let quiet = Inventory {
             records: vec![tombstone(1, 599)],
             nodes: vec![node("n1", "203.0.113.1")],
             claims: vec![claim.clone()],
-            ..Snapshot::default()
+            ..Inventory::default()
         };
         let p = run(quiet.clone());
         assert_eq!(p.actions, vec![]);
@@ -881,15 +881,15 @@ mod tests {
             ("already terminating", |o| o.terminating = true, false),
         ];
         for (name, edit, want) in cases {
-            let mut snapshot = Snapshot {
+            let mut inventory = Inventory {
                 nodes: vec![node("n1", "203.0.113.1")],
-                ..Snapshot::default()
+                ..Inventory::default()
             };
             let (mut p, mut s) = (pod(7), service(7));
             edit(&mut p.object);
             edit(&mut s.object);
-            snapshot.pods.push(p);
-            snapshot.services.push(s);
+            inventory.pods.push(p);
+            inventory.services.push(s);
             let want: Vec<Action> = if want {
                 vec![
                     Action::DeleteOrphan {
@@ -904,35 +904,35 @@ mod tests {
             } else {
                 vec![]
             };
-            assert_eq!(run(snapshot).actions, want, "{name}");
+            assert_eq!(run(inventory).actions, want, "{name}");
         }
     }
 
     #[test]
     fn objects_claimed_by_a_record_are_never_orphans() {
         // An old pod whose record lost its service: removed with its stack, not as an orphan.
-        let mut snapshot = healthy();
-        snapshot.pods[0].object.created_at = Some(ago(1_000));
-        snapshot.services.clear();
-        let p = run(snapshot);
+        let mut inventory = healthy();
+        inventory.pods[0].object.created_at = Some(ago(1_000));
+        inventory.services.clear();
+        let p = run(inventory);
         assert_eq!(p.actions.len(), 1);
         assert!(matches!(&p.actions[0], Action::Remove(r) if r.pod.is_some()));
 
         // A stack being removed is one action, its objects are not orphans besides.
-        let mut snapshot = healthy();
-        snapshot.records[0].ttl_expires_at = ago(1);
-        let p = run(snapshot);
+        let mut inventory = healthy();
+        inventory.records[0].ttl_expires_at = ago(1);
+        let p = run(inventory);
         assert_eq!(p.actions.len(), 1);
         assert!(matches!(p.actions[0], Action::Remove(_)));
     }
 
     #[test]
     fn records_of_another_namespace_are_left_alone() {
-        let mut snapshot = healthy();
-        snapshot.records[0].namespace = "old-stacks".into();
-        snapshot.records[0].ttl_expires_at = ago(1);
-        snapshot.pods.clear();
-        let p = run(snapshot);
+        let mut inventory = healthy();
+        inventory.records[0].namespace = "old-stacks".into();
+        inventory.records[0].ttl_expires_at = ago(1);
+        inventory.pods.clear();
+        let p = run(inventory);
         assert_eq!(p.actions, vec![]);
         assert_eq!(p.foreign, 1);
     }
@@ -948,15 +948,15 @@ mod tests {
             },
         );
         // Stack 7's objects and claim are old enough to go, were nothing to claim them.
-        let mut snapshot = healthy();
-        snapshot.pods.push(pod(7));
-        snapshot.services.push(service(7));
-        snapshot.claims.push(claim);
-        let unclaimed = run(snapshot.clone());
+        let mut inventory = healthy();
+        inventory.pods.push(pod(7));
+        inventory.services.push(service(7));
+        inventory.claims.push(claim);
+        let unclaimed = run(inventory.clone());
         assert_eq!(unclaimed.actions.len(), 3, "{:?}", unclaimed.actions);
 
-        snapshot.unreadable = vec![id(7).to_string(), "not-an-id".into()];
-        let p = run(snapshot);
+        inventory.unreadable = vec![id(7).to_string(), "not-an-id".into()];
+        let p = run(inventory);
         assert_eq!(p.actions, vec![]);
         assert_eq!((p.scanned, p.unreadable), (1, 2));
     }
@@ -971,11 +971,11 @@ mod tests {
             (JobStatus::Completed, 3600, false),
             (JobStatus::Failed, 3600, false),
         ] {
-            let snapshot = Snapshot {
+            let inventory = Inventory {
                 jobs: vec![job(status, idle_secs)],
-                ..Snapshot::default()
+                ..Inventory::default()
             };
-            let resumed = run(snapshot)
+            let resumed = run(inventory)
                 .actions
                 .iter()
                 .any(|a| matches!(a, Action::ResumeJob(j) if j.pending.len() == 1));
@@ -995,10 +995,10 @@ mod tests {
                 },
             )
         };
-        let mut snapshot = healthy();
+        let mut inventory = healthy();
         // 1 has its record; 2 died long ago; 3 may still be creating.
-        snapshot.claims = vec![claim(1, 3600), claim(2, 121), claim(3, 119)];
-        let released: Vec<Action> = run(snapshot)
+        inventory.claims = vec![claim(1, 3600), claim(2, 121), claim(3, 119)];
+        let released: Vec<Action> = run(inventory)
             .actions
             .into_iter()
             .filter(|a| matches!(a, Action::ReleaseClaim { .. }))
@@ -1014,13 +1014,13 @@ mod tests {
 
     #[test]
     fn removals_come_first_and_status_updates_last() {
-        let mut snapshot = healthy();
+        let mut inventory = healthy();
         // 1: status drift; 2: expired; orphan 3; job.
-        snapshot.records[0].node_public_ip = None;
-        snapshot.records.push(record(2).tap(|r| r.ttl_expires_at = ago(1)));
-        snapshot.pods.push(pod(3));
-        snapshot.jobs.push(job(JobStatus::Running, 600));
-        let kinds: Vec<&str> = run(snapshot)
+        inventory.records[0].node_public_ip = None;
+        inventory.records.push(record(2).tap(|r| r.ttl_expires_at = ago(1)));
+        inventory.pods.push(pod(3));
+        inventory.jobs.push(job(JobStatus::Running, 600));
+        let kinds: Vec<&str> = run(inventory)
             .actions
             .iter()
             .map(|a| match a {
@@ -1036,10 +1036,10 @@ mod tests {
 
     /// Healthy, expired, drifted (pod missing, young and old), updated stacks and orphans,
     /// 1,000 of each.
-    fn large_snapshot(per_kind: u64) -> Snapshot {
-        let mut s = Snapshot {
+    fn large_inventory(per_kind: u64) -> Inventory {
+        let mut s = Inventory {
             nodes: (0..50).map(|i| node(&format!("n{i}"), "203.0.113.1")).collect(),
-            ..Snapshot::default()
+            ..Inventory::default()
         };
         for i in 0..per_kind * 5 {
             let mut r = record(i);
@@ -1074,9 +1074,9 @@ mod tests {
 
     #[test]
     fn plans_five_thousand_stacks_quickly() {
-        let snapshot = large_snapshot(1_000);
+        let inventory = large_inventory(1_000);
         let started = std::time::Instant::now();
-        let p = run(snapshot);
+        let p = run(inventory);
         let elapsed = started.elapsed();
         println!(
             "planned {} records into {} actions in {elapsed:?}",
@@ -1143,23 +1143,23 @@ mod tests {
 
     #[test]
     fn a_stack_of_a_tenant_no_longer_configured_ends_and_others_stay() {
-        let mut snapshot = healthy();
-        snapshot.records[0].tenant = tenant("gone");
-        let ended = plan(snapshot.clone(), now(), &with_tenants("ctf,default"));
+        let mut inventory = healthy();
+        inventory.records[0].tenant = tenant("gone");
+        let ended = plan(inventory.clone(), now(), &with_tenants("ctf,default"));
         assert_eq!(reason(&ended), Some(RemovalReason::TenantRemoved));
-        let kept = plan(snapshot, now(), &with_tenants("gone"));
+        let kept = plan(inventory, now(), &with_tenants("gone"));
         assert_eq!(kept.actions, []);
     }
 
     #[test]
     fn holds_follow_the_live_stacks_of_tenants_with_a_limit() {
         let config = with_tenants("ctf=5,default");
-        let mut snapshot = healthy();
-        snapshot.records[0].tenant = tenant("ctf");
+        let mut inventory = healthy();
+        inventory.records[0].tenant = tenant("ctf");
         // Stack 1 is live without a hold (made before the limit): one is added; the counter
         // already says 0 holds.
-        snapshot.held = ctf_holds(Some(0), vec![]);
-        let added = plan(snapshot.clone(), now(), &config);
+        inventory.held = ctf_holds(Some(0), vec![]);
+        let added = plan(inventory.clone(), now(), &config);
         assert!(
             matches!(repairs(&added)[..], [HoldRepair::Add { hold, .. }] if hold.stack_id == id(1)),
             "{added:?}"
@@ -1167,9 +1167,9 @@ mod tests {
         // A dead create's old hold goes, a young one may be a create in flight and stays, a
         // tombstone's goes; the counter is set to the holds listed (4), from what it was.
         let tombstone = tombstone(9, 30).tap(|r| r.tenant = tenant("ctf"));
-        snapshot.records.push(tombstone);
-        snapshot.held = ctf_holds(Some(6), vec![hold(1, 600), hold(7, 600), hold(8, 5), hold(9, 600)]);
-        let repaired = plan(snapshot.clone(), now(), &config);
+        inventory.records.push(tombstone);
+        inventory.held = ctf_holds(Some(6), vec![hold(1, 600), hold(7, 600), hold(8, 5), hold(9, 600)]);
+        let repaired = plan(inventory.clone(), now(), &config);
         let repaired = repairs(&repaired);
         assert!(repaired.contains(&&HoldRepair::Recount {
             tenant: tenant("ctf"),
@@ -1186,8 +1186,8 @@ mod tests {
         assert_eq!(deleted, [&id(7), &id(9)]);
         assert!(!repaired.iter().any(|r| matches!(r, HoldRepair::Add { .. })));
         // In step: nothing to do.
-        snapshot.records.pop();
-        snapshot.held = ctf_holds(Some(1), vec![hold(1, 600)]);
-        assert_eq!(repairs(&plan(snapshot, now(), &config)), Vec::<&HoldRepair>::new());
+        inventory.records.pop();
+        inventory.held = ctf_holds(Some(1), vec![hold(1, 600)]);
+        assert_eq!(repairs(&plan(inventory, now(), &config)), Vec::<&HoldRepair>::new());
     }
 }

@@ -33,7 +33,7 @@ impl PassSnapshot {
         }
     }
 
-    pub fn count_removals(&mut self, actions: &[Action]) {
+    pub(crate) fn count_removals(&mut self, actions: &[Action]) {
         for action in actions {
             if let Action::Remove(removal) = action {
                 *self
@@ -44,7 +44,7 @@ impl PassSnapshot {
         }
     }
 
-    pub fn add_summary(&mut self, summary: &Summary) {
+    pub(crate) fn add_summary(&mut self, summary: &Summary) {
         self.counts = summary.counts;
         self.duration_ms = summary.duration_ms;
     }

@@ -7,7 +7,7 @@ use crate::history::PassCounts;
 use serde_json::{Map, Value, json};
 
 /// CloudWatch namespace of the reconciler's metrics.
-pub const METRIC_NAMESPACE: &str = "StackProvisioner";
+pub(crate) const METRIC_NAMESPACE: &str = "StackProvisioner";
 /// Dimension value telling the reconciler's metrics apart from the API's.
 const FUNCTION_DIMENSION: &str = "reconciler";
 

@@ -16,10 +16,10 @@ use crate::validate;
 use crate::validate::quantity::parse_bytes;
 
 /// Most kinds of stack one preflight names.
-pub const MAX_PREFLIGHT_KINDS: usize = 100;
+pub(crate) const MAX_PREFLIGHT_KINDS: usize = 100;
 /// Most stacks one preflight counts, all kinds together (ten times the largest deployment
 /// measured; it bounds the placement's work).
-pub const MAX_PREFLIGHT_COUNT: u32 = 100_000;
+pub(crate) const MAX_PREFLIGHT_COUNT: u32 = 100_000;
 
 /// Stacks of one manifest an event expects, as a create would send it.
 #[derive(Debug, Clone)]

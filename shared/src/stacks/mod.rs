@@ -8,7 +8,7 @@ mod event;
 mod fit;
 mod forecast;
 mod load_shed;
-pub mod preflight;
+pub(crate) mod preflight;
 mod read;
 mod tenant_limit;
 
@@ -16,12 +16,12 @@ use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
 
-pub use batch::{JobProgress, MAX_BATCH_IDS};
-pub use capacity::{Capacity, NodeCapacity, PortCapacity};
+pub(crate) use batch::JobProgress;
+pub use batch::MAX_BATCH_IDS;
 pub use create::{CreateOutcome, CreateRequest};
-pub use event::{EventPlan, ExpectedStacks, MAX_PREFLIGHT_COUNT, MAX_PREFLIGHT_KINDS};
-pub use forecast::{Check, Forecast};
-pub use read::{ListPage, Stats, TenantStats};
+pub use event::{EventPlan, ExpectedStacks};
+pub use forecast::Forecast;
+pub use read::Stats;
 
 use crate::cluster::{self, Cluster, ClusterError, NamespacePolicy, PodDeletion, PortPolicy};
 use crate::config::{Config, ConfigError};

@@ -25,7 +25,7 @@ pub enum PreflightError {
 }
 
 /// Checks the table and the cluster at once; see the module's header for what fails.
-pub async fn check(config: &Config, store: &Store, cluster: &Cluster) -> Result<(), PreflightError> {
+pub(crate) async fn check(config: &Config, store: &Store, cluster: &Cluster) -> Result<(), PreflightError> {
     let (table, apiserver) = tokio::join!(store.ping(), cluster.ping());
     match table {
         Err(err) if err.is_transient() => {

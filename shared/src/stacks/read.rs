@@ -13,7 +13,7 @@ use super::{StackError, Stacks, owned};
 use crate::cluster::IsolationReport;
 use crate::lifecycle::end::{RecordWrite, StackRemover};
 use crate::lifecycle::views::{NodeView, PodView, ServiceView};
-use crate::lifecycle::{Observed, Removal, Rules, Verdict, judge};
+use crate::lifecycle::{Removal, Rules, StackObjects, Verdict, judge};
 use crate::model::{STACK_ID_LABEL, StackId, StackRecord, StackUsage};
 use crate::store::{ListCursor, Manifest};
 use crate::tenancy::{Scope, TenantId};
@@ -121,7 +121,7 @@ impl Stacks {
         };
         let (pod, service) = (pod.as_ref().map(PodView::of), service.as_ref().map(ServiceView::of));
         let node = node.as_ref().and_then(NodeView::of);
-        let objects = Observed {
+        let objects = StackObjects {
             pod: pod.as_ref(),
             service: service.as_ref(),
             node: node.as_ref(),
@@ -209,7 +209,7 @@ impl Stacks {
             .map(|record| {
                 let pod = pods.get(record.stack_id.as_str());
                 let node = pod.and_then(|p| by_name.get(p.scheduling.node()?));
-                let objects = Observed {
+                let objects = StackObjects {
                     pod,
                     service: services.get(record.stack_id.as_str()),
                     node,
@@ -288,7 +288,7 @@ impl Stacks {
     async fn settle(
         &self,
         mut record: StackRecord,
-        objects: Observed<'_>,
+        objects: StackObjects<'_>,
         now: Timestamp,
     ) -> Result<Option<StackRecord>, StackError> {
         match judge(&record, objects, now, &Rules::of(&self.config)) {

@@ -26,7 +26,7 @@ fn expiry(at: Timestamp) -> i64 {
 
 impl Store {
     /// One small item per reconcile pass.
-    pub async fn put_pass_snapshot(&self, snapshot: &PassSnapshot) -> Result<(), StoreError> {
+    pub(crate) async fn put_pass_snapshot(&self, snapshot: &PassSnapshot) -> Result<(), StoreError> {
         let item = to_item(HISTORY_PK, &sort_key(snapshot.at), snapshot, Some(expiry(snapshot.at)))?;
         self.client
             .put_item()

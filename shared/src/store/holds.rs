@@ -34,7 +34,7 @@ pub struct TenantHold {
 
 impl Store {
     /// Writes `hold`; `expires_at` bounds a hold that nothing released.
-    pub async fn put_tenant_hold(
+    pub(crate) async fn put_tenant_hold(
         &self,
         tenant: &TenantId,
         hold: &TenantHold,
@@ -57,7 +57,7 @@ impl Store {
     }
 
     /// Adds one to `tenant`'s counter if it is below `limit`; `false` if it is not.
-    pub async fn increment_tenant_held(&self, tenant: &TenantId, limit: u32) -> Result<bool, StoreError> {
+    pub(crate) async fn increment_tenant_held(&self, tenant: &TenantId, limit: u32) -> Result<bool, StoreError> {
         let result = self
             .client
             .update_item()
@@ -79,7 +79,7 @@ impl Store {
 
     /// Releases the hold of `stack_id`: marks it (only one release wins), takes one from the
     /// counter, deletes it. A hold already gone or being released by someone else: nothing.
-    pub async fn release_tenant_hold(&self, tenant: &TenantId, stack_id: &StackId) -> Result<(), StoreError> {
+    pub(crate) async fn release_tenant_hold(&self, tenant: &TenantId, stack_id: &StackId) -> Result<(), StoreError> {
         let marked = self
             .client
             .update_item()
@@ -112,7 +112,7 @@ impl Store {
 
     /// Deletes a hold without touching the counter (a failed admission's, or a stale one the
     /// reconciler removes before it recounts); a missing one counts as deleted.
-    pub async fn delete_tenant_hold(&self, tenant: &TenantId, stack_id: &StackId) -> Result<(), StoreError> {
+    pub(crate) async fn delete_tenant_hold(&self, tenant: &TenantId, stack_id: &StackId) -> Result<(), StoreError> {
         self.client
             .delete_item()
             .table_name(&self.table)
@@ -157,7 +157,7 @@ impl Store {
 
     /// Sets `tenant`'s counter to `held`, only if it still is `seen` (read before the holds
     /// were listed); `false` if it changed meanwhile (the next pass tries again).
-    pub async fn recount_tenant_held(
+    pub(crate) async fn recount_tenant_held(
         &self,
         tenant: &TenantId,
         seen: Option<u64>,

@@ -39,7 +39,7 @@ impl Store {
 
     /// Takes over a key whose previous claim was abandoned (its create died before writing
     /// the stack record): succeeds only if the key still holds `abandoned`.
-    pub async fn take_over_idempotency_key(
+    pub(crate) async fn take_over_idempotency_key(
         &self,
         idempotency_key: &str,
         abandoned: &IdempotencyClaim,
@@ -87,7 +87,7 @@ impl Store {
 
     /// Frees a key whose create failed, so the client's retry can create afresh; only if
     /// it still belongs to `stack_id`.
-    pub async fn release_idempotency_key(&self, idempotency_key: &str, stack_id: &StackId) -> Result<(), StoreError> {
+    pub(crate) async fn release_idempotency_key(&self, idempotency_key: &str, stack_id: &StackId) -> Result<(), StoreError> {
         let result = self
             .client
             .delete_item()

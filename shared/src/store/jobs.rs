@@ -16,7 +16,7 @@ impl Store {
     }
 
     /// Saves progress if nobody else saved since `previous_update` (optimistic lock).
-    pub async fn save_job(&self, job: &BatchDeleteJob, previous_update: Timestamp) -> Result<(), StoreError> {
+    pub(crate) async fn save_job(&self, job: &BatchDeleteJob, previous_update: Timestamp) -> Result<(), StoreError> {
         self.write_job(job, "#updated = :previous", Some(previous_update)).await
     }
 

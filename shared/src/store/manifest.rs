@@ -18,7 +18,7 @@ use super::StoreError;
 pub const MAX_ITEM_BYTES: usize = 400 * 1024;
 /// Longest hardened manifest kept. A Stack carrying it serializes to at most about twice
 /// this (JSON escapes), so every response holding one stays far below Lambda's 6 MB.
-pub const MAX_MANIFEST_TEXT_BYTES: usize = 1024 * 1024;
+pub(crate) const MAX_MANIFEST_TEXT_BYTES: usize = 1024 * 1024;
 
 /// The attribute holding the manifest.
 pub(crate) const MANIFEST_ATTR: &str = "pod_spec";

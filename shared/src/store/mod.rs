@@ -28,13 +28,13 @@ mod stacks;
 
 use aws_sdk_dynamodb::Client;
 
-pub use cursor::{InvalidCursor, ListCursor};
+pub use cursor::ListCursor;
 pub use error::StoreError;
-pub use holds::TenantHold;
+pub(crate) use holds::TenantHold;
 pub use idempotency::IdempotencyClaim;
-pub use item::Unreadable;
-pub use manifest::{MAX_ITEM_BYTES, MAX_MANIFEST_TEXT_BYTES, StoredManifest, UnstorableManifest};
-pub use stacks::{Manifest, StackListing};
+pub(crate) use item::Unreadable;
+pub use manifest::{MAX_ITEM_BYTES, StoredManifest, UnstorableManifest};
+pub use stacks::Manifest;
 
 /// Handle on the stack table; cheap to clone, built once per process.
 #[derive(Clone, Debug)]

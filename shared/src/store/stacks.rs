@@ -64,7 +64,7 @@ impl Store {
 
     /// [`put_new_stack`](Self::put_new_stack) with the manifest already encoded (it must be
     /// `record.pod_spec`'s).
-    pub async fn put_new_stack_with(&self, record: &StackRecord, stored: &StoredManifest) -> Result<(), StoreError> {
+    pub(crate) async fn put_new_stack_with(&self, record: &StackRecord, stored: &StoredManifest) -> Result<(), StoreError> {
         let id = record.stack_id.as_str();
         let mut item = to_item(STACK_PK, id, record, None)?;
         item.remove(MANIFEST_ATTR);
@@ -416,7 +416,7 @@ impl Store {
     /// Moves `ttl_expires_at` to `new_expiry` if the record still has `current_expiry` (so two
     /// renewals never race each other past the cap) and has not expired by `now` (so a renewal
     /// never revives a stack the reconciler is already removing).
-    pub async fn renew_stack(
+    pub(crate) async fn renew_stack(
         &self,
         id: &StackId,
         current_expiry: Timestamp,
@@ -451,14 +451,14 @@ impl Store {
     /// [`delete_stack`](Self::delete_stack), unless the record has become a tombstone since
     /// it was read (a concurrent read or pass found the stack failed): then everything
     /// stays and the answer is `ConditionFailed`.
-    pub async fn delete_stack_unless_failed(&self, record: &StackRecord) -> Result<(), StoreError> {
+    pub(crate) async fn delete_stack_unless_failed(&self, record: &StackRecord) -> Result<(), StoreError> {
         self.delete_items(&record.stack_id, record.idempotency_key.as_deref(), true)
             .await
     }
 
     /// Removes the record and manifest of `id`, and the idempotency key if given, together.
     /// Deleting missing items succeeds.
-    pub async fn delete_stack_items(&self, id: &StackId, idempotency_key: Option<&str>) -> Result<(), StoreError> {
+    pub(crate) async fn delete_stack_items(&self, id: &StackId, idempotency_key: Option<&str>) -> Result<(), StoreError> {
         self.delete_items(id, idempotency_key, false).await
     }
 

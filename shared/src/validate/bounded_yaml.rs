@@ -25,12 +25,12 @@ use super::{Rejection, nesting};
 /// is 11 levels down (e.g. `spec.volumes[].projected.sources[].secret.items[].mode`), so
 /// anything deeper is refused by the schema anyway; the YAML scanner's cost grows with flow
 /// nesting for every token, so the limit stays close to that.
-pub const MAX_DEPTH: usize = 16;
+pub(crate) const MAX_DEPTH: usize = 16;
 /// Most nodes (keys, values, list items) accepted, counted on the text by the first pass and
 /// again after alias expansion. A pod at every per-pod bound (512 env entries with
 /// `valueFrom`, 64 ports, 32 volumes, 16 containers with probes) has about 8,000; each node
 /// costs about 0.7 µs through every step, so this keeps any manifest under 20 ms of CPU.
-pub const MAX_NODES: usize = 20_000;
+pub(crate) const MAX_NODES: usize = 20_000;
 
 /// Parses `manifest` into a JSON value, or says which limit or YAML rule it breaks. Also
 /// returns what the first pass noted (plain scalars YAML 1.1 reads differently).

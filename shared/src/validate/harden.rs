@@ -14,12 +14,8 @@ use k8s_openapi::api::core::v1::{Capabilities, Pod, PodSecurityContext, SeccompP
 
 use super::ValidationPolicy;
 use super::isolation_check;
-use crate::config::{ALWAYS_DROPPED, DropCapabilities, NodeTaint};
+use crate::config::{DropCapabilities, NodeTaint};
 use crate::model::{ISOLATION_CHECK_CONTAINER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, STACK_ID_LABEL, StackId};
-
-/// Capabilities dropped from every container under every `STACK_DROP_CAPABILITIES` profile;
-/// raw sockets allow spoofing on the node network.
-pub const DROPPED_CAPABILITIES: [&str; 1] = [ALWAYS_DROPPED];
 
 pub(super) fn apply(pod: &mut Pod, stack_id: &StackId, policy: &ValidationPolicy) {
     let meta = &mut pod.metadata;

@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use crate::model::ISOLATION_CHECK_CONTAINER;
 
 /// How long the policy may take to hold before the stack fails.
-pub const CHECK_SECONDS: u32 = 20;
+pub(crate) const CHECK_SECONDS: u32 = 20;
 /// The kubelet's port on every node (EKS's nodes listen on all addresses).
 const KUBELET_PORT: u16 = 10250;
 

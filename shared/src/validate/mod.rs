@@ -18,13 +18,13 @@ mod bounds;
 mod containers;
 mod harden;
 mod images;
-pub mod isolation_check;
+pub(crate) mod isolation_check;
 mod metadata;
 mod nesting;
 mod pod_spec;
 mod policy;
 mod ports;
-pub mod quantity;
+pub(crate) mod quantity;
 mod references;
 mod rejection;
 mod resources;
@@ -38,12 +38,10 @@ mod tests;
 
 use k8s_openapi::api::core::v1::Pod;
 
-pub use bounded_yaml::{MAX_DEPTH, MAX_NODES};
-pub use harden::DROPPED_CAPABILITIES;
-pub use pod_spec::MAX_TERMINATION_GRACE_SECS;
+pub(crate) use pod_spec::MAX_TERMINATION_GRACE_SECS;
 pub(crate) use pod_spec::{NODE_NAME_FIELD, term_can_match};
 pub use policy::ValidationPolicy;
-pub use ports::{MAX_TARGET_PORTS, validate_target_ports};
+pub(crate) use ports::validate_target_ports;
 pub use rejection::Rejection;
 
 use crate::model::{StackId, TargetPort};
@@ -97,7 +95,7 @@ pub fn validate(
 impl HardenedPod {
     /// The same stack with `pod`, this pod as the provisioner changed it to create it (host
     /// ports), and its YAML.
-    pub fn with_pod(self, pod: Pod) -> Result<Self, Rejection> {
+    pub(crate) fn with_pod(self, pod: Pod) -> Result<Self, Rejection> {
         Ok(Self {
             yaml: to_yaml(&pod)?,
             pod,

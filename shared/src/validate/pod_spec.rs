@@ -19,7 +19,7 @@ use super::{Rejection, ValidationPolicy, security_context};
 
 /// Longest `terminationGracePeriodSeconds` accepted: a longer one would hold the pod (and its
 /// node port) long after the stack was deleted.
-pub const MAX_TERMINATION_GRACE_SECS: i64 = 30;
+pub(crate) const MAX_TERMINATION_GRACE_SECS: i64 = 30;
 
 pub(super) fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rejection> {
     let PodSpec {

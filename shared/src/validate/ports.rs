@@ -7,10 +7,10 @@ use k8s_openapi::api::core::v1::Container;
 use super::Rejection;
 use crate::model::{Protocol, TargetPort};
 
-pub const MAX_TARGET_PORTS: usize = 24;
+pub(crate) const MAX_TARGET_PORTS: usize = 24;
 
 /// 1 to 24 ports, each in 1..=65535, no (port, protocol) twice.
-pub fn validate_target_ports(ports: &[TargetPort]) -> Result<(), Rejection> {
+pub(crate) fn validate_target_ports(ports: &[TargetPort]) -> Result<(), Rejection> {
     if ports.is_empty() || ports.len() > MAX_TARGET_PORTS {
         return Err(Rejection::new(
             "target_port",

@@ -3,7 +3,7 @@
 
 /// Why a quantity string was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum QuantityError {
+pub(crate) enum QuantityError {
     #[error("is not a valid quantity (examples: 500m, 0.5, 2, 128Mi, 1G)")]
     Malformed,
     #[error("must be positive")]
@@ -13,17 +13,17 @@ pub enum QuantityError {
 }
 
 /// CPU in millicores: `"500m"` -> 500, `"0.5"` -> 500, `"2"` -> 2000, `"100u"` -> 1 (rounded up).
-pub fn parse_cpu_milli(text: &str) -> Result<i64, QuantityError> {
+pub(crate) fn parse_cpu_milli(text: &str) -> Result<i64, QuantityError> {
     parse(text)?.positive_ceil(3)
 }
 
 /// Bytes: `"128Mi"` -> 134217728, `"1G"` -> 10^9, `"1e3"` -> 1000, `"0.5"` -> 1 (rounded up).
-pub fn parse_bytes(text: &str) -> Result<i64, QuantityError> {
+pub(crate) fn parse_bytes(text: &str) -> Result<i64, QuantityError> {
     parse(text)?.positive_ceil(0)
 }
 
 /// Canonical CPU text: whole cores as `"2"`, otherwise `"1500m"`.
-pub fn format_cpu_milli(milli: i64) -> String {
+pub(crate) fn format_cpu_milli(milli: i64) -> String {
     if milli % 1000 == 0 {
         (milli / 1000).to_string()
     } else {
@@ -32,7 +32,7 @@ pub fn format_cpu_milli(milli: i64) -> String {
 }
 
 /// Canonical byte text with the largest exact binary suffix: `"128Mi"`, `"1Gi"`, `"1000"`.
-pub fn format_bytes(bytes: i64) -> String {
+pub(crate) fn format_bytes(bytes: i64) -> String {
     const SUFFIXES: [(&str, u32); 6] = [("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)];
     for (suffix, shift) in SUFFIXES {
         let unit = 1i64 << shift;

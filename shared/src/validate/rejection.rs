@@ -37,7 +37,7 @@ impl Rejection {
     }
 
     /// The field is forbidden, with the reason a manifest author needs to fix it.
-    pub fn forbidden_because(path: impl Into<String>, why: &str) -> Self {
+    pub(crate) fn forbidden_because(path: impl Into<String>, why: &str) -> Self {
         Self::new(path, format!("is forbidden: {why}"))
     }
 

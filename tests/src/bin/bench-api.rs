@@ -19,7 +19,7 @@ const CONCURRENCY: usize = 32;
 
 #[tokio::main]
 async fn main() {
-    stack_core::telemetry::init();
+    stack_core::init_tracing();
     let creates: usize = std::env::args()
         .skip_while(|a| a != "--creates")
         .nth(1)

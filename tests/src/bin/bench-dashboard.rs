@@ -27,11 +27,11 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use stack_api::AppState;
-use stack_core::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, STACK_ID_LABEL, StackId, StackUsage};
-use stack_core::stacks::{StackError, Stacks};
-use stack_core::store::{Manifest, Store, StoreError};
-use stack_core::tenancy::Scope;
-use stack_core::validate::{self, Rejection, ValidationPolicy};
+use stack_core::Scope;
+use stack_core::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, STACK_ID_LABEL, StackId, StackUsage};
+use stack_core::{Manifest, Store, StoreError};
+use stack_core::{Rejection, ValidationPolicy, validate};
+use stack_core::{StackError, Stacks};
 use stack_tests::api::{API_KEY, kube_config};
 use stack_tests::browser::{Browser, BrowserError, serve};
 use stack_tests::env::{EnvError, SimulatedNode, TestEnv, TestNamespace, TestTable, nodes, unique_name};
@@ -56,11 +56,11 @@ enum BenchError {
     #[error(transparent)]
     Stacks(#[from] StackError),
     #[error(transparent)]
-    Cluster(#[from] stack_core::cluster::ClusterError),
+    Cluster(#[from] stack_core::ClusterError),
     #[error("query: {0}")]
     Query(String),
     #[error(transparent)]
-    Config(#[from] stack_core::config::ConfigError),
+    Config(#[from] stack_core::ConfigError),
     #[error("the benchmark manifest was refused: {0}")]
     Manifest(#[from] Rejection),
     #[error(transparent)]
@@ -504,7 +504,7 @@ impl Seeder {
         let id = StackId::generate();
         let (node, ip) = &self.nodes[i % self.nodes.len()];
         let create = PostParams::default();
-        let mut hardened = validate::validate(BENCH_POD, &[BENCH_PORT], &id, &self.policy)?;
+        let mut hardened = validate(BENCH_POD, &[BENCH_PORT], &id, &self.policy)?;
         if let Some(spec) = hardened.pod.spec.as_mut() {
             spec.node_name = Some(node.clone());
         }

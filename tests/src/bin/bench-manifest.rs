@@ -7,10 +7,10 @@
 
 use std::time::{Duration, Instant};
 
-use stack_core::config::Config;
-use stack_core::model::{Protocol, StackId, TargetPort};
-use stack_core::store::StoredManifest;
-use stack_core::validate::{self, ValidationPolicy};
+use stack_core::Config;
+use stack_core::StoredManifest;
+use stack_core::{Protocol, StackId, TargetPort};
+use stack_core::{ValidationPolicy, validate};
 use stack_tests::manifests::{ENV_VALUE_BYTES, alias_env_pod, noise, prose};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -29,7 +29,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ("prose", alias_env_pod(|i| prose(ENV_VALUE_BYTES, i))),
         ("noise", alias_env_pod(|i| noise(ENV_VALUE_BYTES, i as u64 + 1))),
     ] {
-        let hardened = validate::validate(&manifest, &ports, &StackId::generate(), &policy)?.yaml;
+        let hardened = validate(&manifest, &ports, &StackId::generate(), &policy)?.yaml;
         let mut encode = Vec::with_capacity(runs);
         let mut decode = Vec::with_capacity(runs);
         let mut stored = None;

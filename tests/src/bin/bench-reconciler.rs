@@ -24,9 +24,9 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Api;
 use kube::api::PostParams;
-use stack_core::model::StackId;
-use stack_core::store::{Store, StoreError};
-use stack_core::validate::{self, Rejection, ValidationPolicy};
+use stack_core::StackId;
+use stack_core::{Rejection, ValidationPolicy, validate};
+use stack_core::{Store, StoreError};
 use stack_tests::bench_fixture::{BenchFixture, PODS_TIMEOUT, wait_all_running};
 use stack_tests::env::{EnvError, SimulatedNode, TestEnv, unique_name};
 use stack_tests::manifests::{BENCH_POD, BENCH_PORT};
@@ -50,7 +50,7 @@ enum BenchError {
     #[error(transparent)]
     Pass(#[from] PassProcessError),
     #[error(transparent)]
-    Config(#[from] stack_core::config::ConfigError),
+    Config(#[from] stack_core::ConfigError),
     #[error("the benchmark manifest was refused: {0}")]
     Manifest(#[from] Rejection),
 }
@@ -221,7 +221,7 @@ impl Seeder {
         let (node, ip) = &self.nodes[i % self.nodes.len()];
         let create = PostParams::default();
         // The pod and pod_spec the API would make, bound to a node without the scheduler.
-        let mut hardened = validate::validate(BENCH_POD, &[BENCH_PORT], &id, &self.policy)?;
+        let mut hardened = validate(BENCH_POD, &[BENCH_PORT], &id, &self.policy)?;
         if let Some(spec) = hardened.pod.spec.as_mut() {
             spec.node_name = Some(node.clone());
         }

@@ -123,7 +123,7 @@ async fn run_init_real_nodes() -> Result<(), EnvError> {
         .ok_or_else(|| EnvError::NotConfigured("STACK_ENV_REGISTRY is not set".to_owned()))?;
     let client = kube_client(&settings).await?;
     for node in real_nodes::init(&client, settings.real_nodes, &registry).await? {
-        let address = stack_core::cluster::node_external_ip(&node).unwrap_or_default();
+        let address = stack_core::node_external_ip(&node).unwrap_or_default();
         eprintln!(
             "stack-env: real node {} Ready (role={}, address {address}), a pod of {} ran on it",
             node.metadata.name.as_deref().unwrap_or_default(),
@@ -196,7 +196,7 @@ fn local_deployment(
 /// The API function behind the local stand-in of API Gateway on `127.0.0.1:<port>`.
 async fn serve_gateway(port: &str, parameters: &[&str]) -> Result<(), ToolError> {
     // The stand-in logs the function's failures.
-    stack_core::telemetry::init();
+    stack_core::init_tracing();
     let settings = EnvSettings::load()?;
     let sandbox = local_deployment(LambdaFunction::Api, &settings, parameters)?
         .start()

@@ -30,7 +30,7 @@ pub fn dynamodb_client(settings: &EnvSettings) -> Client {
         .region(Region::new(settings.region.clone()))
         .endpoint_url(&settings.dynamodb_endpoint)
         .credentials_provider(credentials)
-        .http_client(stack_core::aws::https_client())
+        .http_client(stack_core::https_client())
         .build();
     Client::from_conf(config)
 }

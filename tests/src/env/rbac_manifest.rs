@@ -13,7 +13,7 @@ use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use stack_core::model::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use stack_core::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
 use super::{EnvError, TestNamespace};
 

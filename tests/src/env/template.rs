@@ -252,7 +252,7 @@ Outputs:
 
     #[test]
     fn the_usage_index_projects_every_field_stats_reads() {
-        use stack_core::model::{Exposure, StackStatus, StackUsage};
+        use stack_core::{Exposure, StackStatus, StackUsage};
         let table = TableDefinition::stack_table().expect("template.yaml parses");
         let usage = table
             .global_secondary_indexes

@@ -9,8 +9,8 @@ use http::{Method, Request};
 use k8s_openapi::api::core::v1::{LimitRange, Pod, ResourceQuota};
 use kube::api::{DeleteParams, PostParams};
 use serde_json::{Value, json};
-use stack_core::deadlines::CREATE_DEADLINE;
-use stack_core::model::StackId;
+use stack_core::CREATE_DEADLINE;
+use stack_core::StackId;
 use stack_tests::api::{API_KEY, ApiHarness, Reply, WEB_POD, listed_ids};
 use stack_tests::env::SimulatedNode;
 use stack_tests::reconciler::running_record;
@@ -265,7 +265,7 @@ async fn the_functions_kubernetes_client_speaks_http2_to_the_apiserver() {
     // its connection (over HTTP/1.1 each create's watch cost a TCP and TLS handshake).
     let env = stack_tests::env::TestEnv::connect().await.expect("local environment");
     let config = stack_tests::api::kube_config(&env).await;
-    let client = stack_core::cluster::client_builder(&config).expect("client").build();
+    let client = stack_core::client_builder(&config).expect("client").build();
     let request = Request::get("/version").body(kube::client::Body::empty()).unwrap();
     let response = client.send(request).await.expect("GET /version");
     assert_eq!(response.status(), 200);
@@ -868,7 +868,7 @@ async fn batch_delete_is_a_durable_job() {
         .await;
     assert_eq!((none.status, none.json), (400, json!({"error": "invalid input"})));
     // Too long for one job: a clear 400, no longer a 500 from DynamoDB's item limit.
-    let many: Vec<String> = (0..=stack_core::stacks::MAX_BATCH_IDS)
+    let many: Vec<String> = (0..=stack_core::MAX_BATCH_IDS)
         .map(|i| format!("stack-{i:016x}"))
         .collect();
     let too_many = api

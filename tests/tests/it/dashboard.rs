@@ -9,7 +9,7 @@ use axum::body::Body;
 use fantoccini::Locator;
 use http::{Method, Request};
 use serde_json::json;
-use stack_core::tenancy::KeyHash;
+use stack_core::KeyHash;
 use stack_tests::api::{API_KEY, ApiHarness, Reply, WEB_POD};
 use stack_tests::browser::{Browser, plain, serve};
 

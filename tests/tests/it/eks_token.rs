@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, SystemTime};
 
-use stack_core::eks::{Credentials, presigned_url, token};
+use stack_core::{Credentials, eks_presigned_url, eks_token};
 
 struct Case {
     access_key: &'static str,
@@ -117,9 +117,9 @@ fn split_url(url: &str) -> (String, Vec<String>) {
 #[test]
 fn token_is_byte_for_byte_botocores() {
     for case in CASES {
-        let ours = token(&credentials(case), case.region, case.cluster, time(case)).expect("token");
+        let ours = eks_token(&credentials(case), case.region, case.cluster, time(case)).expect("token");
         let (theirs, their_url) = botocore_token("python", case);
-        let our_url = presigned_url(&credentials(case), case.region, case.cluster, time(case)).expect("url");
+        let our_url = eks_presigned_url(&credentials(case), case.region, case.cluster, time(case)).expect("url");
         assert_eq!(our_url, their_url, "region {} cluster {}", case.region, case.cluster);
         assert_eq!(ours, theirs, "region {} cluster {}", case.region, case.cluster);
     }
@@ -132,7 +132,7 @@ fn token_is_byte_for_byte_botocores() {
 fn token_has_the_same_fields_as_the_crt_signers() {
     for case in CASES {
         let (_, their_url) = botocore_token("crt", case);
-        let our_url = presigned_url(&credentials(case), case.region, case.cluster, time(case)).expect("url");
+        let our_url = eks_presigned_url(&credentials(case), case.region, case.cluster, time(case)).expect("url");
         let (our_base, mut ours) = split_url(&our_url);
         let (their_base, mut theirs) = split_url(&their_url);
         assert_eq!(our_base, their_base);

@@ -13,8 +13,8 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBind
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
-use stack_core::model::StackId;
-use stack_core::reconcile::{Reconciler, run_pass};
+use stack_core::StackId;
+use stack_core::{Reconciler, run_pass};
 use stack_tests::api::{ApiHarness, WEB_POD, kube_config};
 use stack_tests::env::rbac_manifest::{self, RbacManifest};
 use stack_tests::env::{TestEnv, TestNamespace};
@@ -203,7 +203,7 @@ async fn run_the_product(granted: &Granted, api: &ApiHarness) {
     let expired: StackId = ids[2].parse().expect("stack id");
     let stacks = stacks_over(
         reconciler_config(&granted.namespace, api.table.name(), &[]),
-        stack_core::cluster::client_builder(&granted.functions)
+        stack_core::client_builder(&granted.functions)
             .expect("kube client")
             .build(),
         api.env.dynamodb.clone(),

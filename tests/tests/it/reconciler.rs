@@ -12,11 +12,9 @@ use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
-use stack_core::model::ObservedState;
-use stack_core::model::{
-    BatchDeleteJob, JobStatus, MANAGED_BY_LABEL, MANAGED_BY_VALUE, StackId, StackStatus, new_job_id,
-};
-use stack_core::reconcile::{LEASE_NAME, Summary};
+use stack_core::ObservedState;
+use stack_core::{BatchDeleteJob, JobStatus, MANAGED_BY_LABEL, MANAGED_BY_VALUE, StackId, StackStatus, new_job_id};
+use stack_core::{LEASE_NAME, Summary};
 use stack_tests::api::{ApiHarness, WEB_POD, listed_ids};
 use stack_tests::env::{SimulatedNode, nodes, unique_name};
 use stack_tests::reconciler::{
@@ -164,7 +162,7 @@ async fn status_changes_are_written_back_once() {
     let after = reconciler.record(&id).await;
     assert_eq!(after.status, StackStatus::Running);
     assert_eq!(after.node_id, node_name);
-    assert_eq!(after.node_public_ip, stack_core::cluster::node_external_ip(&node));
+    assert_eq!(after.node_public_ip, stack_core::node_external_ip(&node));
     assert!(after.updated_at > before.updated_at);
     // The pass reads records without their manifest; the write-back must not lose it.
     assert_eq!(after.pod_spec, before.pod_spec);

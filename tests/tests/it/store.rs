@@ -9,10 +9,10 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use http::Method;
 use jiff::{SignedDuration, Timestamp};
 use serde_json::json;
-use stack_core::model::{ObservedState, StackId, StackStatus, StackUsage};
-use stack_core::store::{
+use stack_core::{
     IdempotencyClaim, ListCursor, MAX_ITEM_BYTES, Manifest, Store, StoreError, StoredManifest, UnstorableManifest,
 };
+use stack_core::{ObservedState, StackId, StackStatus, StackUsage};
 use stack_tests::api::{ApiHarness, Reply, listed_ids};
 use stack_tests::env::{TableDefinition, TestEnv, TestTable};
 use stack_tests::manifests::{noise, put_plain_manifest};

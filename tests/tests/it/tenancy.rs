@@ -8,7 +8,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use http::Method;
 use serde_json::{Value, json};
-use stack_core::tenancy::TenantId;
+use stack_core::TenantId;
 use stack_tests::api::{API_KEY, ApiHarness, Reply, WEB_POD};
 use stack_tests::reconciler::TestReconciler;
 use stack_tests::tenants::{

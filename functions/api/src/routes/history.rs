@@ -5,8 +5,8 @@ use axum::extract::State;
 use axum::{Extension, Json};
 use jiff::{SignedDuration, Timestamp};
 use serde::Serialize;
-use stack_core::history::{PassSnapshot, RefusalMinute};
-use stack_core::tenancy::{Principal, Scope};
+use stack_core::{PassSnapshot, RefusalMinute};
+use stack_core::{Principal, Scope};
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -53,7 +53,7 @@ pub async fn history(
         }
     };
     let (passes, refusals) =
-        tokio::try_join!(passes, store.refusals_since(since)).map_err(stack_core::stacks::StackError::from)?;
+        tokio::try_join!(passes, store.refusals_since(since)).map_err(stack_core::StackError::from)?;
     let challenge_label = state.stacks.config().challenge_label.clone();
     let refusals = refusals
         .into_iter()

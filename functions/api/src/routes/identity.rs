@@ -3,7 +3,7 @@
 
 use axum::{Extension, Json};
 use serde::Serialize;
-use stack_core::tenancy::{Action, Principal, Role};
+use stack_core::{Action, Principal, Role};
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct Identity {

@@ -1,4 +1,4 @@
-//! Route handlers: thin mappings between HTTP and [`stack_core::stacks::Stacks`].
+//! Route handlers: thin mappings between HTTP and [`stack_core::Stacks`].
 
 pub mod batch;
 pub mod dashboard;

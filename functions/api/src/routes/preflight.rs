@@ -1,11 +1,11 @@
 //! `POST /preflight`: before an event's start gun, whether the stacks it expects fit, limit by
-//! limit ([`stack_core::stacks::Forecast`]).
+//! limit ([`stack_core::Forecast`]).
 
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::{Extension, Json};
-use stack_core::stacks::Forecast;
-use stack_core::tenancy::Principal;
+use stack_core::Forecast;
+use stack_core::Principal;
 
 use crate::error::ApiError;
 use crate::state::AppState;

@@ -5,10 +5,10 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde_json::json;
 use sha2::{Digest, Sha256};
-use stack_core::model::{StackId, StackRecord};
-use stack_core::stacks::{CreateOutcome, CreateRequest};
-use stack_core::store::ListCursor;
-use stack_core::tenancy::Principal;
+use stack_core::ListCursor;
+use stack_core::Principal;
+use stack_core::{CreateOutcome, CreateRequest};
+use stack_core::{StackId, StackRecord};
 
 use crate::error::ApiError;
 use crate::request_log::LoggedStackId;
@@ -213,7 +213,7 @@ pub async fn renew(
     path = "/stats",
     operation_id = "getStats",
     responses(
-        (status = 200, description = "Success", body = stack_core::stacks::Stats),
+        (status = 200, description = "Success", body = stack_core::Stats),
         (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
         (status = 403, description = "The key's role may not do this", body = crate::openapi::ErrorBody),
         (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),

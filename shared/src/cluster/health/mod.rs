@@ -18,7 +18,7 @@ const REJECTED_PREFIX: &str = "Pod was rejected: ";
 
 /// What the pod's status shows.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PodHealth {
+pub(crate) enum PodHealth {
     /// Its `Ready` condition is `True`: every container is ready (without a readiness probe:
     /// started and running). `ready_by`: the latest instant it can have become Ready (the
     /// condition's time is in whole seconds, so one second after it), if the kubelet said.
@@ -37,7 +37,7 @@ pub enum PodHealth {
 
 /// A kubelet's admission refusal (phase `Failed`, message `Pod was rejected: ...`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rejection {
+pub(crate) struct Rejection {
     /// The failing predicate (`NodePorts`, `NodeAffinity`, ...) or `OutOf<resource>`
     /// (`OutOfcpu`, `OutOfmemory`, `OutOfpods`, ...).
     pub reason: String,
@@ -46,13 +46,13 @@ pub struct Rejection {
 
 impl Rejection {
     /// Its host ports are taken on the node: other ports may fit.
-    pub fn is_port_conflict(&self) -> bool {
+    pub(crate) fn is_port_conflict(&self) -> bool {
         self.reason == "NodePorts"
     }
 }
 
 /// Reads `pod`'s status (the spec only to tell sidecars from init containers).
-pub fn pod_health(pod: &Pod) -> PodHealth {
+pub(crate) fn pod_health(pod: &Pod) -> PodHealth {
     let Some(status) = pod.status.as_ref() else {
         return PodHealth::Starting(Failure::new(
             FailureReason::StartTimeout,
@@ -324,7 +324,7 @@ fn ready_since(status: &PodStatus) -> Option<Timestamp> {
 
 impl PodHealth {
     /// The same health, known to be Ready at `seen` at the latest (a watch delivered it then).
-    pub fn seen_ready_at(self, seen: Timestamp) -> Self {
+    pub(crate) fn seen_ready_at(self, seen: Timestamp) -> Self {
         match self {
             PodHealth::Ready { ready_by } => PodHealth::Ready {
                 ready_by: Some(ready_by.map_or(seen, |by| by.min(seen))),

@@ -3,7 +3,8 @@
 use std::time::{Duration, Instant};
 
 use super::run;
-use crate::validate::{MAX_DEPTH, ValidationPolicy};
+use crate::validate::ValidationPolicy;
+use crate::validate::bounded_yaml::MAX_DEPTH;
 
 /// A realistic two-container pod with an init container, probes, env and volumes.
 pub(super) const TYPICAL: &str = r#"apiVersion: v1
@@ -356,7 +357,8 @@ fn generated_inputs_get_their_verdicts() {
 #[test]
 #[ignore = "benchmark; prints timings"]
 fn bench_stages() {
-    use crate::validate::{MAX_NODES, bounded_yaml, nesting, schema, yaml11};
+    use crate::validate::bounded_yaml::MAX_NODES;
+    use crate::validate::{bounded_yaml, nesting, schema, yaml11};
     for (name, yaml, _) in generated_inputs().iter().filter(|(_, y, _)| run(y).is_ok()) {
         let time = |f: &dyn Fn()| {
             let (before, calls) = (thread_cpu().unwrap_or_default(), 20);

@@ -32,7 +32,7 @@ async fn assert_init_fails(
     let log = sandbox.log();
     assert_eq!(invocation.status, 502, "{}\n{log}", invocation.text());
     let error: Value = invocation.json().expect("the runtime's error");
-    assert_eq!(error["errorType"], stack_core::init_error::ERROR_TYPE, "{error}");
+    assert_eq!(error["errorType"], stack_core::INIT_ERROR_TYPE, "{error}");
     let message = error["errorMessage"].as_str().unwrap_or_default();
     for words in expected {
         assert!(message.contains(words), "{words:?} not in {message:?}");

@@ -4,7 +4,7 @@
 
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
-use stack_core::model::StackId;
+use stack_core::StackId;
 use stack_tests::api::{ApiHarness, WEB_POD};
 use stack_tests::lambda::{LambdaFunction, Sandbox};
 use stack_tests::reconciler::set_ttl;

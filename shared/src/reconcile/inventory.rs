@@ -1,13 +1,14 @@
-//! Reading everything one pass needs with a constant number of (paginated) calls.
+//! The inventory of one pass: everything the plan needs, read with a constant number of
+//! (paginated) calls.
 
-use super::plan::{Snapshot, TenantHolds};
+use super::plan::{Inventory, TenantHolds};
 use crate::cluster::{Cluster, ClusterError};
 use crate::lifecycle::views::{NodeView, PodView, ServiceView};
 use crate::store::{Manifest, Store, StoreError};
 use crate::tenancy::Tenants;
 
 #[derive(Debug, thiserror::Error)]
-pub enum ObserveError {
+pub enum InventoryError {
     #[error("reading the store: {0}")]
     Store(#[from] StoreError),
     #[error("listing the cluster: {0}")]
@@ -22,7 +23,11 @@ pub enum ObserveError {
 /// Holds are read before the records: a create writes its hold before its record, so a
 /// listed hold whose record is missing is a create in flight (young) or dead (old), never a
 /// record listed too early.
-pub async fn observe(store: &Store, cluster: &Cluster, tenants: &Tenants) -> Result<Snapshot, ObserveError> {
+pub(crate) async fn take_inventory(
+    store: &Store,
+    cluster: &Cluster,
+    tenants: &Tenants,
+) -> Result<Inventory, InventoryError> {
     let limited = tenants
         .iter()
         .filter(|(_, limit)| limit.is_some())
@@ -49,7 +54,7 @@ pub async fn observe(store: &Store, cluster: &Cluster, tenants: &Tenants) -> Res
         cluster.list_stack_services_as(|service| ServiceView::of(&service))
     )?;
     let nodes = cluster.list_nodes().await?;
-    Ok(Snapshot {
+    Ok(Inventory {
         records: listing.records,
         unreadable: listing.unreadable.into_iter().map(|item| item.sk).collect(),
         pods,

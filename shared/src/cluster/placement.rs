@@ -1,10 +1,11 @@
-//! Reading a stack's state from its cluster objects (pure).
+//! Where a pod stands with the scheduler, and what a node offers stacks: its role, readiness and
+//! public address (pure).
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 /// Where the scheduler stands with a pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Scheduling {
+pub(crate) enum Scheduling {
     /// Bound to this node.
     Scheduled(String),
     /// The scheduler found no node; its message says why.
@@ -15,7 +16,7 @@ pub enum Scheduling {
 
 impl Scheduling {
     /// The node the pod is bound to, if any.
-    pub fn node(&self) -> Option<&str> {
+    pub(crate) fn node(&self) -> Option<&str> {
         match self {
             Scheduling::Scheduled(node) => Some(node),
             Scheduling::Unschedulable(_) | Scheduling::Pending => None,
@@ -23,7 +24,7 @@ impl Scheduling {
     }
 }
 
-pub fn scheduling_of(pod: &Pod) -> Scheduling {
+pub(crate) fn scheduling_of(pod: &Pod) -> Scheduling {
     if let Some(node) = pod
         .spec
         .as_ref()
@@ -47,12 +48,12 @@ pub fn scheduling_of(pod: &Pod) -> Scheduling {
 
 /// Whether the scheduler's refusal names taken host ports (the NodePorts filter): another
 /// choice of ports may fit where these did not.
-pub fn is_port_conflict(unschedulable: &str) -> bool {
+pub(crate) fn is_port_conflict(unschedulable: &str) -> bool {
     unschedulable.contains("didn't have free ports")
 }
 
 /// The node is labelled `role=<role>` (`STACK_NODE_ROLE`: where stacks may run).
-pub fn has_role(node: &Node, role: &str) -> bool {
+pub(crate) fn has_role(node: &Node, role: &str) -> bool {
     node.metadata
         .labels
         .as_ref()
@@ -61,13 +62,13 @@ pub fn has_role(node: &Node, role: &str) -> bool {
 }
 
 /// A node stacks may be placed on now: labelled with the role, Ready, not cordoned.
-pub fn is_schedulable_stack_node(node: &Node, role: &str) -> bool {
+pub(crate) fn is_schedulable_stack_node(node: &Node, role: &str) -> bool {
     let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
     has_role(node, role) && !cordoned && is_ready(node)
 }
 
 /// The node's Ready condition is `True`.
-pub fn is_ready(node: &Node) -> bool {
+pub(crate) fn is_ready(node: &Node) -> bool {
     node.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
