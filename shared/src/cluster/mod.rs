@@ -419,7 +419,10 @@ impl Cluster {
     }
 
     /// Services carrying our managed-by label, keeping only `project(service)` of each.
-    pub(crate) async fn list_stack_services_as<T>(&self, project: impl FnMut(Service) -> T) -> Result<Vec<T>, ClusterError> {
+    pub(crate) async fn list_stack_services_as<T>(
+        &self,
+        project: impl FnMut(Service) -> T,
+    ) -> Result<Vec<T>, ClusterError> {
         list_all(&self.services, &managed_selector(), project).await
     }
 }

@@ -87,7 +87,11 @@ impl Store {
 
     /// Frees a key whose create failed, so the client's retry can create afresh; only if
     /// it still belongs to `stack_id`.
-    pub(crate) async fn release_idempotency_key(&self, idempotency_key: &str, stack_id: &StackId) -> Result<(), StoreError> {
+    pub(crate) async fn release_idempotency_key(
+        &self,
+        idempotency_key: &str,
+        stack_id: &StackId,
+    ) -> Result<(), StoreError> {
         let result = self
             .client
             .delete_item()

@@ -64,7 +64,11 @@ impl Store {
 
     /// [`put_new_stack`](Self::put_new_stack) with the manifest already encoded (it must be
     /// `record.pod_spec`'s).
-    pub(crate) async fn put_new_stack_with(&self, record: &StackRecord, stored: &StoredManifest) -> Result<(), StoreError> {
+    pub(crate) async fn put_new_stack_with(
+        &self,
+        record: &StackRecord,
+        stored: &StoredManifest,
+    ) -> Result<(), StoreError> {
         let id = record.stack_id.as_str();
         let mut item = to_item(STACK_PK, id, record, None)?;
         item.remove(MANIFEST_ATTR);
@@ -458,7 +462,11 @@ impl Store {
 
     /// Removes the record and manifest of `id`, and the idempotency key if given, together.
     /// Deleting missing items succeeds.
-    pub(crate) async fn delete_stack_items(&self, id: &StackId, idempotency_key: Option<&str>) -> Result<(), StoreError> {
+    pub(crate) async fn delete_stack_items(
+        &self,
+        id: &StackId,
+        idempotency_key: Option<&str>,
+    ) -> Result<(), StoreError> {
         self.delete_items(id, idempotency_key, false).await
     }
 
