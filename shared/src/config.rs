@@ -13,10 +13,12 @@ use crate::model::Exposure;
 use crate::tenancy::{KeyRing, Tenants};
 
 mod hardening;
+mod validation;
 
 #[cfg(test)]
 pub(crate) use hardening::BASELINE_CAPABILITIES;
 pub(crate) use hardening::{DropCapabilities, LINUX_CAPABILITIES, NodeTaint};
+pub use validation::ValidationPolicy;
 
 /// `STACK_ON_UNSCHEDULABLE`: what a create does when the scheduler finds no node for the pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,7 +64,8 @@ pub(crate) const DEFAULT_CHALLENGE_LABEL: &str = "challenge";
 /// Everything both functions read from the environment.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
-    pub namespace: String,
+    /// What the validator enforces, `STACK_NAMESPACE` and `STACK_NODE_ROLE` included.
+    pub validation: ValidationPolicy,
     pub ttl: Duration,
     pub max_lifetime: Duration,
     /// How new stacks expose their ports; stacks of the other mode live on until they end.
@@ -70,7 +73,6 @@ pub struct Config {
     /// The port range of both modes (`STACK_NODEPORT_MIN..=STACK_NODEPORT_MAX`).
     pub nodeport_min: u16,
     pub nodeport_max: u16,
-    pub node_role: String,
     /// What a create does when no node can take the pod now.
     pub on_unschedulable: OnUnschedulable,
     /// How long a stack may stay unscheduled, from its creation.
@@ -94,36 +96,6 @@ pub struct Config {
     pub isolation: Isolation,
     /// Creates answer 503 while another NetworkPolicy widens the isolation.
     pub require_isolation: bool,
-    pub max_cpu_milli: Option<i64>,
-    pub max_memory_bytes: Option<i64>,
-    pub ephemeral_storage_limit: String,
-    pub image_allowlist: Vec<String>,
-    /// `STACK_RUNTIME_CLASS`: the RuntimeClass every stack pod runs under (a sandboxed runtime
-    /// such as gVisor's `runsc`); none: the nodes' default runtime.
-    pub runtime_class: Option<String>,
-    /// `STACK_USER_NAMESPACES`: every stack pod gets `hostUsers: false` (root in a stack is an
-    /// unprivileged user of the node).
-    pub user_namespaces: bool,
-    /// `STACK_ISOLATION_CHECK_IMAGE`: see `validate/isolation_check.rs`.
-    pub isolation_check_image: Option<String>,
-    /// `STACK_DROP_CAPABILITIES`: what every container loses (`NET_RAW`, or all).
-    pub drop_capabilities: DropCapabilities,
-    /// `STACK_ADD_BACK_CAPABILITIES`: what a manifest may list in `capabilities.add`.
-    pub add_back_capabilities: Vec<String>,
-    /// `STACK_NODE_TAINT`: the taint of dedicated stack nodes, tolerated by every stack pod.
-    pub node_taint: Option<NodeTaint>,
-    /// ConfigMaps of the stack namespace that manifests may reference (mount or read).
-    pub shared_config_maps: Vec<String>,
-    /// Secrets of the stack namespace that manifests may reference (mount or read).
-    pub shared_secrets: Vec<String>,
-    /// Secrets manifests may name in `imagePullSecrets` (used by the kubelet, not readable by the pod).
-    pub image_pull_secrets: Vec<String>,
-    /// Label keys manifests may set (`*` matches any run of characters but `/`).
-    pub label_allowlist: Vec<String>,
-    /// Annotation keys manifests may set (same patterns as labels).
-    pub annotation_allowlist: Vec<String>,
-    /// Per-pod bounds on what one manifest may declare.
-    pub pod_limits: PodLimits,
     pub table: String,
     pub consistent_read: bool,
     pub kubeconfig: Option<String>,
@@ -257,16 +229,16 @@ impl Config {
             on_unschedulable.default_scheduling_timeout(),
             parse_duration,
         );
+        let max_lifetime = env.parse("STACK_MAX_LIFETIME", Duration::from_secs(8 * 3600), parse_duration);
         let config = Config {
-            namespace: env.string("STACK_NAMESPACE").unwrap_or_else(|| "stacks".into()),
+            validation: ValidationPolicy::read(&mut env, max_lifetime),
             ttl: env.parse("STACK_TTL", Duration::from_secs(2 * 3600), parse_duration),
-            max_lifetime: env.parse("STACK_MAX_LIFETIME", Duration::from_secs(8 * 3600), parse_duration),
+            max_lifetime,
             exposure: env.parse("STACK_EXPOSURE", Exposure::NodePort, |v| {
                 Exposure::parse(v).ok_or_else(|| "expected nodeport or hostport".to_string())
             }),
             nodeport_min: env.parse("STACK_NODEPORT_MIN", 31001, parse_num),
             nodeport_max: env.parse("STACK_NODEPORT_MAX", 32767, parse_num),
-            node_role: env.string("STACK_NODE_ROLE").unwrap_or_else(|| "stack".into()),
             on_unschedulable,
             scheduling_timeout,
             start_timeout: env.parse(
@@ -292,68 +264,6 @@ impl Config {
                 allow_ingress_cidrs: env.parse("STACK_ALLOW_INGRESS_CIDRS", Vec::new(), parse_cidrs),
             },
             require_isolation: env.parse("STACK_REQUIRE_ISOLATION", true, parse_bool),
-            max_cpu_milli: env.parse_opt("STACK_MAX_CPU_MILLI", parse_positive),
-            max_memory_bytes: env.parse_opt("STACK_MAX_MEMORY_BYTES", parse_positive),
-            ephemeral_storage_limit: env
-                .string("STACK_EPHEMERAL_STORAGE_LIMIT")
-                .unwrap_or_else(|| "1Gi".into()),
-            image_allowlist: env
-                .string("STACK_IMAGE_ALLOWLIST")
-                .map(|v| split_list(&v))
-                .unwrap_or_default(),
-            runtime_class: env.string("STACK_RUNTIME_CLASS"),
-            user_namespaces: env.parse("STACK_USER_NAMESPACES", false, parse_bool),
-            isolation_check_image: env.string("STACK_ISOLATION_CHECK_IMAGE"),
-            drop_capabilities: env.parse(
-                "STACK_DROP_CAPABILITIES",
-                DropCapabilities::default(),
-                hardening::parse_drop_capabilities,
-            ),
-            add_back_capabilities: env.parse(
-                "STACK_ADD_BACK_CAPABILITIES",
-                hardening::default_add_back(),
-                hardening::parse_add_back,
-            ),
-            node_taint: env.parse_opt("STACK_NODE_TAINT", hardening::parse_node_taint),
-            shared_config_maps: env
-                .string("STACK_SHARED_CONFIGMAPS")
-                .map(|v| split_list(&v))
-                .unwrap_or_default(),
-            shared_secrets: env
-                .string("STACK_SHARED_SECRETS")
-                .map(|v| split_list(&v))
-                .unwrap_or_default(),
-            image_pull_secrets: env
-                .string("STACK_IMAGE_PULL_SECRETS")
-                .map(|v| split_list(&v))
-                .unwrap_or_default(),
-            label_allowlist: env
-                .string("STACK_LABEL_ALLOWLIST")
-                .map(|v| split_list(&v))
-                .unwrap_or_else(|| to_strings(DEFAULT_LABEL_ALLOWLIST)),
-            annotation_allowlist: env
-                .string("STACK_ANNOTATION_ALLOWLIST")
-                .map(|v| split_list(&v))
-                .unwrap_or_else(|| to_strings(DEFAULT_ANNOTATION_ALLOWLIST)),
-            pod_limits: PodLimits {
-                containers: env.parse(
-                    "STACK_MAX_CONTAINERS",
-                    PodLimits::DEFAULT.containers,
-                    parse_at_least_one,
-                ),
-                init_containers: env.parse(
-                    "STACK_MAX_INIT_CONTAINERS",
-                    PodLimits::DEFAULT.init_containers,
-                    parse_at_least_one,
-                ),
-                volumes: env.parse("STACK_MAX_VOLUMES", PodLimits::DEFAULT.volumes, parse_at_least_one),
-                env: env.parse("STACK_MAX_ENV", PodLimits::DEFAULT.env, parse_at_least_one),
-                ports: env.parse(
-                    "STACK_MAX_CONTAINER_PORTS",
-                    PodLimits::DEFAULT.ports,
-                    parse_at_least_one,
-                ),
-            },
             table: env.string("DDB_STACK_TABLE").unwrap_or_else(|| "stacks".into()),
             consistent_read: env.parse("DDB_CONSISTENT_READ", true, parse_bool),
             kubeconfig: env.string("K8S_KUBECONFIG"),
@@ -418,7 +328,7 @@ impl Config {
                 format_duration(MAX_PROXY_SYNC)
             ));
         }
-        if let Some(class) = &self.runtime_class
+        if let Some(class) = &self.validation.runtime_class
             && !is_dns_subdomain(class)
         {
             problems.push(format!(
@@ -432,7 +342,7 @@ impl Config {
                 format_duration(self.scheduling_timeout)
             ));
         }
-        if self.namespace.len() > 63 || !is_dns_label(&self.namespace) {
+        if self.validation.namespace.len() > 63 || !is_dns_label(&self.validation.namespace) {
             problems.push("STACK_NAMESPACE: must be a DNS label".into());
         }
         problems
@@ -582,13 +492,13 @@ mod tests {
     #[test]
     fn defaults_follow_the_contract() {
         let c = config(&[("API_KEY", "k")]).unwrap();
-        assert_eq!(c.namespace, "stacks");
+        assert_eq!(c.validation.namespace, "stacks");
         assert_eq!(c.ttl, Duration::from_secs(7200));
         assert_eq!(c.max_lifetime, Duration::from_secs(8 * 3600));
         assert_eq!((c.nodeport_min, c.nodeport_max), (31001, 32767));
         // Drop-in compatible: today's platforms and RBAC manifests keep working unchanged.
         assert_eq!(c.exposure, Exposure::NodePort);
-        assert_eq!(c.node_role, "stack");
+        assert_eq!(c.validation.node_role, "stack");
         assert_eq!(c.scheduling_timeout, Duration::from_secs(20));
         assert!(c.require_isolation);
         assert_eq!(c.isolation, Isolation::default());
@@ -597,10 +507,17 @@ mod tests {
         assert_eq!(c.listen_addr.to_string(), "127.0.0.1:8081");
         assert_eq!(c.orphan_grace, Duration::from_secs(120));
         assert_eq!(c.reconcile_concurrency, 16);
-        assert_eq!(c.ephemeral_storage_limit, "1Gi");
-        assert!(c.shared_config_maps.is_empty() && c.shared_secrets.is_empty() && c.image_pull_secrets.is_empty());
-        assert_eq!(c.pod_limits, PodLimits::DEFAULT);
-        assert_eq!(c.annotation_allowlist, to_strings(DEFAULT_ANNOTATION_ALLOWLIST));
+        assert_eq!(c.validation.ephemeral_storage_limit, 1 << 30);
+        assert!(
+            c.validation.shared_config_maps.is_empty()
+                && c.validation.shared_secrets.is_empty()
+                && c.validation.image_pull_secrets.is_empty()
+        );
+        assert_eq!(c.validation.pod_limits, PodLimits::DEFAULT);
+        assert_eq!(
+            c.validation.annotation_allowlist,
+            to_strings(DEFAULT_ANNOTATION_ALLOWLIST)
+        );
     }
 
     #[test]
@@ -636,11 +553,11 @@ mod tests {
 
     #[test]
     fn the_runtime_class_is_optional_and_must_name_a_runtime_class() {
-        assert_eq!(config(&[("API_KEY", "k")]).unwrap().runtime_class, None);
+        assert_eq!(config(&[("API_KEY", "k")]).unwrap().validation.runtime_class, None);
         let gvisor = config(&[("API_KEY", "k"), ("STACK_RUNTIME_CLASS", "gvisor")]).unwrap();
-        assert_eq!(gvisor.runtime_class.as_deref(), Some("gvisor"));
+        assert_eq!(gvisor.validation.runtime_class.as_deref(), Some("gvisor"));
         let dotted = config(&[("API_KEY", "k"), ("STACK_RUNTIME_CLASS", "sandbox.example.com")]).unwrap();
-        assert_eq!(dotted.runtime_class.as_deref(), Some("sandbox.example.com"));
+        assert_eq!(dotted.validation.runtime_class.as_deref(), Some("sandbox.example.com"));
         let err = config(&[("API_KEY", "k"), ("STACK_RUNTIME_CLASS", "gVisor Sandbox")]).unwrap_err();
         assert!(err.to_string().contains("STACK_RUNTIME_CLASS"), "{err}");
     }
@@ -648,9 +565,9 @@ mod tests {
     #[test]
     fn hardening_settings_default_to_dropping_net_raw_on_shared_nodes() {
         let c = config(&[("API_KEY", "k")]).unwrap();
-        assert_eq!(c.drop_capabilities, DropCapabilities::NetRaw);
-        assert_eq!(c.add_back_capabilities, to_strings(BASELINE_CAPABILITIES));
-        assert_eq!(c.node_taint, None);
+        assert_eq!(c.validation.drop_capabilities, DropCapabilities::NetRaw);
+        assert_eq!(c.validation.add_back_capabilities, to_strings(BASELINE_CAPABILITIES));
+        assert_eq!(c.validation.node_taint, None);
         let strict = config(&[
             ("API_KEY", "k"),
             ("STACK_DROP_CAPABILITIES", "all"),
@@ -658,9 +575,12 @@ mod tests {
             ("STACK_NODE_TAINT", "example.com/stacks=ctf:NoSchedule"),
         ])
         .unwrap();
-        assert_eq!(strict.drop_capabilities, DropCapabilities::All);
-        assert_eq!(strict.add_back_capabilities, ["CHOWN", "SETUID", "SETGID"]);
-        assert_eq!(strict.node_taint.map(|t| t.key).as_deref(), Some("example.com/stacks"));
+        assert_eq!(strict.validation.drop_capabilities, DropCapabilities::All);
+        assert_eq!(strict.validation.add_back_capabilities, ["CHOWN", "SETUID", "SETGID"]);
+        assert_eq!(
+            strict.validation.node_taint.map(|t| t.key).as_deref(),
+            Some("example.com/stacks")
+        );
         let err = config(&[
             ("API_KEY", "k"),
             ("STACK_DROP_CAPABILITIES", "some"),
@@ -765,12 +685,16 @@ mod tests {
             ("STACK_MAX_ENV", "10"),
         ])
         .unwrap();
-        assert_eq!(c.shared_config_maps, ["web-cfg", "scripts"]);
-        assert_eq!(c.shared_secrets, ["flag"]);
-        assert_eq!(c.image_pull_secrets, ["regcred"]);
-        assert_eq!(c.annotation_allowlist, ["ctf.example.com/*"]);
+        assert_eq!(c.validation.shared_config_maps, ["web-cfg", "scripts"]);
+        assert_eq!(c.validation.shared_secrets, ["flag"]);
+        assert_eq!(c.validation.image_pull_secrets, ["regcred"]);
+        assert_eq!(c.validation.annotation_allowlist, ["ctf.example.com/*"]);
         assert_eq!(
-            (c.pod_limits.containers, c.pod_limits.env, c.pod_limits.volumes),
+            (
+                c.validation.pod_limits.containers,
+                c.validation.pod_limits.env,
+                c.validation.pod_limits.volumes
+            ),
             (3, 10, 32)
         );
         let err = config(&[("API_KEY", "k"), ("STACK_MAX_VOLUMES", "0")]).unwrap_err();

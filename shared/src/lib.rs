@@ -18,6 +18,7 @@ mod lifecycle;
 mod model;
 #[cfg(test)]
 mod module_graph;
+mod quantity;
 mod reconcile;
 mod stacks;
 mod store;
@@ -43,13 +44,13 @@ pub use history::{PassSnapshot, RefusalMinute, RefusalReason};
 // Start-up: settings, logs, the clients.
 pub use aws::https_client;
 pub use cluster::{ClusterError, apply_client_limits, client_builder, node_external_ip};
-pub use config::{Config, ConfigError};
+pub use config::{Config, ConfigError, ValidationPolicy};
 pub use eks::{Credentials, eks_presigned_url, eks_token};
 pub use init_error::{INIT_ERROR_TYPE, refuse_to_start};
 pub use telemetry::init_tracing;
 
 // The manifest's rules.
-pub use validate::{Rejection, ValidationPolicy, validate};
+pub use validate::{Rejection, validate};
 // DynamoDB.
 pub use store::{
     IdempotencyClaim, ListCursor, MAX_ITEM_BYTES, Manifest, Store, StoreError, StoredManifest, UnstorableManifest,
@@ -61,3 +62,6 @@ pub use stacks::{
 };
 // The reconciler.
 pub use reconcile::{LEASE_NAME, PassError, Reconciler, Summary, run_pass};
+// Other crates' tests: text that barely compresses (and `StackRecord::test()`).
+#[cfg(feature = "test-fixtures")]
+pub use test_fixture::noise;

@@ -3,7 +3,7 @@
 
 use jiff::Timestamp;
 
-use crate::model::{Exposure, FailureReason, PortMapping, StackId, StackRecord, StackStatus};
+use crate::model::{Exposure, FailureReason, PortMapping, Protocol, StackId, StackRecord, StackStatus};
 
 impl StackRecord {
     /// A running stack with a fresh id in namespace `stacks`, not yet placed on a node, no
@@ -73,6 +73,19 @@ impl StackRecord {
         self
     }
 
+    /// `count` TCP ports, container port 80, on node ports `first`, `first + 1`, ...
+    pub fn tcp_ports(self, first: u16, count: u16) -> Self {
+        self.ports(
+            (first..first + count)
+                .map(|node_port| PortMapping {
+                    container_port: 80,
+                    protocol: Protocol::Tcp,
+                    node_port,
+                })
+                .collect(),
+        )
+    }
+
     pub fn status(mut self, status: StackStatus) -> Self {
         self.status = status;
         self
@@ -104,4 +117,22 @@ impl StackRecord {
         self.failed_at = Some(at);
         self
     }
+}
+
+/// `len` characters of printable ASCII without `"` and `\` (safe in a double-quoted YAML
+/// scalar), drawn from `seed` by xorshift: text that barely compresses (about 6.5 bits a byte).
+pub fn noise(len: usize, seed: u64) -> String {
+    let alphabet: Vec<char> = (b' '..=b'~')
+        .filter(|b| !matches!(b, b'"' | b'\\'))
+        .map(char::from)
+        .collect();
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            alphabet[(state % alphabet.len() as u64) as usize]
+        })
+        .collect()
 }

@@ -8,12 +8,50 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 use stack_core::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
+use crate::api_process::ApiProcessError;
+use crate::browser::BrowserError;
 use crate::env::{EnvError, SimulatedNode, TestEnv, TestTable, nodes};
+use crate::pass_process::PassProcessError;
 use crate::reconciler::add_schedulable_node;
 
 /// How long a benchmark waits for thousands of pods to run or to go.
 pub const PODS_TIMEOUT: Duration = Duration::from_secs(900);
 const PAGE: u32 = 500;
+
+/// What a benchmark can fail with: its own wrong use, or anything it drives.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Env(#[from] EnvError),
+    #[error("kubernetes: {0}")]
+    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    Store(#[from] stack_core::StoreError),
+    #[error(transparent)]
+    Stacks(#[from] stack_core::StackError),
+    #[error(transparent)]
+    Cluster(#[from] stack_core::ClusterError),
+    #[error(transparent)]
+    Config(#[from] stack_core::ConfigError),
+    #[error("the benchmark manifest was refused: {0}")]
+    Manifest(#[from] stack_core::Rejection),
+    #[error(transparent)]
+    Api(#[from] ApiProcessError),
+    #[error(transparent)]
+    Pass(#[from] PassProcessError),
+    #[error(transparent)]
+    Browser(#[from] BrowserError),
+    #[error("webdriver: {0}")]
+    WebDriver(#[from] fantoccini::error::CmdError),
+    #[error("query: {0}")]
+    Query(String),
+    #[error("{0}")]
+    Timeout(String),
+    #[error("interrupted")]
+    Interrupted,
+}
 
 /// Everything a benchmark made; [`BenchFixture::remove`] deletes it.
 #[derive(Default)]

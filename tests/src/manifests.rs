@@ -42,23 +42,7 @@ pub const ENV_ENTRIES: usize = 26;
 /// the alias doubles them to just under the 512 KiB expansion budget.
 pub const ENV_VALUE_BYTES: usize = 10_000;
 
-/// Printable ASCII without `"` and `\` (safe in a double-quoted YAML scalar), uniformly
-/// drawn from a fixed seed: text that barely compresses (about 6.5 bits a byte).
-pub fn noise(len: usize, seed: u64) -> String {
-    let alphabet: Vec<char> = (b' '..=b'~')
-        .filter(|b| !matches!(b, b'"' | b'\\'))
-        .map(char::from)
-        .collect();
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            alphabet[(state % alphabet.len() as u64) as usize]
-        })
-        .collect()
-}
+pub use stack_core::noise;
 
 /// Text like a config file: compresses well.
 pub fn prose(len: usize, seed: usize) -> String {

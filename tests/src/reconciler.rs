@@ -100,7 +100,7 @@ pub fn reconciler_config(namespace: &str, table: &str, overrides: &[(&str, &str)
 /// The stack lifecycle over the given clients, as the functions build it.
 pub fn stacks_over(config: Config, kube: kube::Client, dynamodb: aws_sdk_dynamodb::Client) -> Arc<Stacks> {
     let store = Store::new(dynamodb, &config.table, config.consistent_read);
-    Arc::new(Stacks::from_config(config, store, kube).expect("validation policy"))
+    Arc::new(Stacks::from_config(config, store, kube))
 }
 
 /// `managed-by` and `stack-id`, exactly as the API labels a stack's objects.

@@ -30,7 +30,7 @@ impl AppState {
     pub fn with_clients(config: Config, store: Store, client: kube::Client) -> Result<Self, ConfigError> {
         let (api_key_enabled, keys) = (config.api_key_enabled, Arc::new(config.keys.clone()));
         Ok(Self {
-            stacks: Arc::new(Stacks::from_config(config, store, client)?),
+            stacks: Arc::new(Stacks::from_config(config, store, client)),
             api_key_enabled,
             keys,
         })

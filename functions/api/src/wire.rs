@@ -373,11 +373,7 @@ mod tests {
             .id("stack-00000000000000aa".parse().unwrap())
             .node("n1")
             .public_ip("203.0.113.1")
-            .ports(vec![PortMapping {
-                container_port: 80,
-                protocol: Protocol::Tcp,
-                node_port: 31001,
-            }])
+            .tcp_ports(31001, 1)
             .status(status)
             .created_at(at)
             .ttl_expires_at(at)

@@ -86,7 +86,7 @@ impl PortPolicy {
         Self {
             exposure: config.exposure,
             range: (config.nodeport_min, config.nodeport_max),
-            node_role: config.node_role.clone(),
+            node_role: config.validation.node_role.clone(),
         }
     }
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Node;
 
 use super::has_role;
-use crate::validate::quantity::{parse_bytes, parse_cpu_milli};
+use crate::quantity::{parse_bytes, parse_cpu_milli};
 
 /// How long a read of the stack nodes serves creates. Nodes change in minutes; a node that
 /// joined since is looked for again before a create is refused (`stacks::create`).

@@ -288,6 +288,21 @@ mod tests {
         }))
     }
 
+    /// [`removal`] that first marks the record `status` (on node `n1`), as a failure or a lost
+    /// node does.
+    fn marked_removal(n: u64, reason: RemovalReason, status: StackStatus, failure: Option<Failure>) -> Action {
+        let Action::Remove(mut removal) = removal(n, reason) else {
+            unreachable!("removal() builds a removal")
+        };
+        removal.mark = Some(ObservedState {
+            status,
+            node_id: "n1".into(),
+            node_public_ip: None,
+            failure,
+        });
+        Action::Remove(removal)
+    }
+
     fn update(n: u64) -> Action {
         Action::UpdateStatus {
             stack_id: id(n),
@@ -388,15 +403,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_mark_is_written_before_anything_is_deleted() {
-        let mut action = removal(1, RemovalReason::NodeMissing);
-        if let Action::Remove(r) = &mut action {
-            r.mark = Some(ObservedState {
-                status: StackStatus::NodeDeleted,
-                node_id: "n1".into(),
-                node_public_ip: None,
-                failure: None,
-            });
-        }
+        let action = marked_removal(1, RemovalReason::NodeMissing, StackStatus::NodeDeleted, None);
         let fake = Fake::default();
         assert_eq!(
             go(&fake, vec![action], limits(1)).await,
@@ -412,15 +419,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_stack_loses_its_objects_and_keeps_its_record() {
-        let mut action = removal(1, RemovalReason::Failed);
-        if let Action::Remove(r) = &mut action {
-            r.mark = Some(ObservedState {
-                status: StackStatus::Failed,
-                node_id: "n1".into(),
-                node_public_ip: None,
-                failure: Some(Failure::new(FailureReason::ImageNotFound, "not found")),
-            });
-        }
+        let failure = Failure::new(FailureReason::ImageNotFound, "not found");
+        let action = marked_removal(1, RemovalReason::Failed, StackStatus::Failed, Some(failure));
         let fake = Fake::default();
         assert_eq!(
             go(&fake, vec![action], limits(1)).await,

@@ -47,7 +47,7 @@ impl Reconciler {
 
 pub(crate) fn plan_config(config: &Config) -> PlanConfig {
     PlanConfig {
-        namespace: config.namespace.clone(),
+        namespace: config.validation.namespace.clone(),
         orphan_grace: config.orphan_grace,
         rules: Rules::of(config),
         job_idle: JOB_IDLE,

@@ -315,7 +315,7 @@ mod tests {
     use super::*;
     use crate::cluster::{PodHealth, Scheduling, kubelet};
     use crate::lifecycle::RemovalReason;
-    use crate::model::{Failure, FailureReason, JobStatus, PortMapping, Protocol, StackStatus};
+    use crate::model::{Failure, FailureReason, JobStatus, StackStatus};
     use jiff::SignedDuration;
 
     const NS: &str = "stacks";
@@ -364,11 +364,7 @@ mod tests {
             .id(id(n))
             .node("n1")
             .public_ip("203.0.113.1")
-            .ports(vec![PortMapping {
-                container_port: 80,
-                protocol: Protocol::Tcp,
-                node_port: 31001,
-            }])
+            .tcp_ports(31001, 1)
             .created_at(ago(600))
             .ttl_expires_at(now() + SignedDuration::from_hours(1))
             .requests(100, 1 << 20)

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::cluster::{PortPolicy, has_role, is_ready, is_schedulable_stack_node};
 use crate::model::{Exposure, StackUsage};
-use crate::validate::quantity::{parse_bytes, parse_cpu_milli};
+use crate::quantity::{parse_bytes, parse_cpu_milli};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Capacity {
@@ -153,7 +153,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
-    use crate::model::{PortMapping, Protocol, StackRecord, StackStatus};
+    use crate::model::{StackRecord, StackStatus};
 
     fn node(name: &str, role: &str, cpu: &str, memory: &str) -> Node {
         Node {
@@ -182,15 +182,7 @@ mod tests {
         let record = StackRecord::test()
             .node(node)
             .status(status)
-            .ports(
-                (0..ports)
-                    .map(|i| PortMapping {
-                        container_port: 80,
-                        protocol: Protocol::Tcp,
-                        node_port: 31001 + u16::try_from(i).unwrap(),
-                    })
-                    .collect(),
-            )
+            .tcp_ports(31001, u16::try_from(ports).unwrap())
             .requests(250, 1 << 20);
         StackUsage::from(&record)
     }

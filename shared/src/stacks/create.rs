@@ -123,7 +123,7 @@ impl Stacks {
     pub async fn create(&self, mut request: CreateRequest) -> Result<CreateOutcome, StackError> {
         let started = Instant::now();
         let id = StackId::generate();
-        let hardened = validate::validate(&request.manifest, &request.target_ports, &id, &self.policy)?;
+        let hardened = validate::validate(&request.manifest, &request.target_ports, &id, &self.config.validation)?;
         // Encoded and measured before anything is created: what cannot be stored is a 400. (The
         // host ports a hostport create adds later are a few bytes; should they tip it over, the
         // create is undone and still answers 400.)
@@ -323,13 +323,18 @@ impl Stacks {
                     return Ok(());
                 }
             };
-            match fit::check(hardened, &nodes, self.config.on_unschedulable, &self.policy.node_role) {
+            match fit::check(
+                hardened,
+                &nodes,
+                self.config.on_unschedulable,
+                &self.config.validation.node_role,
+            ) {
                 Ok(()) => return Ok(()),
                 Err(rejection) => refusal = Some(rejection),
             }
         }
         refusal.map_or(Ok(()), |rejection| {
-            Err(fit_refusal(rejection, self.config.user_namespaces))
+            Err(fit_refusal(rejection, self.config.validation.user_namespaces))
         })
     }
 

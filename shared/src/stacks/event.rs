@@ -11,9 +11,9 @@ use super::forecast::{Expected, Forecast, NodeRoom, Room, forecast};
 use super::{StackError, Stacks};
 use crate::cluster::is_schedulable_stack_node;
 use crate::model::{StackId, TargetPort};
+use crate::quantity::parse_bytes;
 use crate::tenancy::{Scope, TenantId};
 use crate::validate;
-use crate::validate::quantity::parse_bytes;
 
 /// Most kinds of stack one preflight names.
 pub(crate) const MAX_PREFLIGHT_KINDS: usize = 100;
@@ -102,7 +102,7 @@ impl Stacks {
             &stacks.manifest,
             &stacks.target_ports,
             &StackId::generate(),
-            &self.policy,
+            &self.config.validation,
         )
         .map_err(|rejection| StackError::Invalid(format!("stacks[{index}]: invalid pod spec: {rejection}")))?;
         Ok(Expected {

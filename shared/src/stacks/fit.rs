@@ -32,7 +32,7 @@ use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, PodS
 
 use crate::cluster::StackNode;
 use crate::config::OnUnschedulable;
-use crate::validate::quantity::{format_bytes, format_cpu_milli};
+use crate::quantity::{format_bytes, format_cpu_milli};
 use crate::validate::{HardenedPod, NODE_NAME_FIELD, Rejection, term_can_match};
 
 const TERMS: &str = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms";

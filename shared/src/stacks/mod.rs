@@ -31,7 +31,7 @@ use crate::lifecycle::{Removal, RemovalReason, end_stack};
 use crate::model::{ObservedState, StackId, StackRecord};
 use crate::store::{Manifest, Store, StoreError, Unreadable, UnstorableManifest};
 use crate::tenancy::{Scope, TenantId};
-use crate::validate::{Rejection, ValidationPolicy};
+use crate::validate::Rejection;
 
 /// Start-up failures.
 #[derive(Debug, thiserror::Error)]
@@ -161,33 +161,30 @@ pub struct Stacks {
     config: Arc<Config>,
     store: Store,
     cluster: Cluster,
-    policy: ValidationPolicy,
     create_slots: load_shed::CreateSlots,
 }
 
 impl Stacks {
-    pub fn new(config: Arc<Config>, store: Store, cluster: Cluster, policy: ValidationPolicy) -> Self {
+    pub fn new(config: Arc<Config>, store: Store, cluster: Cluster) -> Self {
         let create_slots = load_shed::CreateSlots::new(config.create_concurrency, config.create_queue_wait);
         Self {
             config,
             store,
             cluster,
-            policy,
             create_slots,
         }
     }
 
     /// Everything the configuration describes, over the given clients.
-    pub fn from_config(config: Config, store: Store, client: kube::Client) -> Result<Self, ConfigError> {
-        let policy = ValidationPolicy::from_config(&config)?;
+    pub fn from_config(config: Config, store: Store, client: kube::Client) -> Self {
         let namespace_policy = NamespacePolicy {
             isolation: config.isolation.clone(),
             require_isolation: config.require_isolation,
-            checked_per_stack: config.isolation_check_image.is_some(),
+            checked_per_stack: config.validation.isolation_check_image.is_some(),
         };
         let port_policy = PortPolicy::of(&config);
-        let cluster = Cluster::new(client, &config.namespace, namespace_policy, port_policy);
-        Ok(Self::new(Arc::new(config), store, cluster, policy))
+        let cluster = Cluster::new(client, &config.validation.namespace, namespace_policy, port_policy);
+        Self::new(Arc::new(config), store, cluster)
     }
 
     /// Builds the clients once per process (AWS SDK with our timeouts, Kubernetes per
@@ -201,7 +198,7 @@ impl Stacks {
             config.consistent_read,
         );
         let client = cluster::connect(&config, &aws).await?;
-        let stacks = Self::from_config(config, store, client)?;
+        let stacks = Self::from_config(config, store, client);
         preflight::check(&stacks.config, &stacks.store, &stacks.cluster).await?;
         Ok(stacks)
     }

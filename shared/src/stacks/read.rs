@@ -326,21 +326,13 @@ fn stack_label(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta
 mod tests {
     use super::*;
     use crate::cluster::PortPolicy;
-    use crate::model::{Exposure, FailureReason, PortMapping, Protocol, StackStatus};
+    use crate::model::{Exposure, FailureReason, StackStatus};
 
     fn usage(node: &str, status: StackStatus, ports: u16) -> StackUsage {
         let mut record = StackRecord::test()
             .node(node)
             .status(status)
-            .ports(
-                (0..ports)
-                    .map(|i| PortMapping {
-                        container_port: 80,
-                        protocol: Protocol::Tcp,
-                        node_port: 31001 + i,
-                    })
-                    .collect(),
-            )
+            .tcp_ports(31001, ports)
             .requests(250, 1 << 20);
         if status == StackStatus::Failed {
             record = record.failed(FailureReason::ImageNotFound, "not found", Timestamp::UNIX_EPOCH);

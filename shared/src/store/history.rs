@@ -28,14 +28,7 @@ impl Store {
     /// One small item per reconcile pass.
     pub(crate) async fn put_pass_snapshot(&self, snapshot: &PassSnapshot) -> Result<(), StoreError> {
         let item = to_item(HISTORY_PK, &sort_key(snapshot.at), snapshot, Some(expiry(snapshot.at)))?;
-        self.client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .send()
-            .await
-            .map_err(|e| StoreError::backend("PutItem", e))?;
-        Ok(())
+        self.put(item).await
     }
 
     /// Snapshots taken at or after `since`, oldest first.

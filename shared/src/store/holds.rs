@@ -46,14 +46,7 @@ impl Store {
             hold,
             Some(expires_at.as_second()),
         )?;
-        self.client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .send()
-            .await
-            .map_err(|e| StoreError::backend("PutItem", e))?;
-        Ok(())
+        self.put(item).await
     }
 
     /// Adds one to `tenant`'s counter if it is below `limit`; `false` if it is not.

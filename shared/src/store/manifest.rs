@@ -130,6 +130,7 @@ pub(crate) fn decode(value: &AttributeValue) -> Result<String, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_fixture::noise;
 
     #[test]
     fn compressed_manifest_reads_back_identical() {
@@ -137,19 +138,6 @@ mod tests {
         let stored = StoredManifest::encode(&yaml).unwrap();
         assert!(stored.item_bytes() < yaml.len() / 10, "{} bytes", stored.item_bytes());
         assert_eq!(decode(&stored.attribute()).unwrap(), yaml);
-    }
-
-    /// Pseudo-random printable text: barely compresses.
-    fn noise(len: usize, seed: u64) -> String {
-        let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        (0..len)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                char::from(b' ' + (state % 95) as u8)
-            })
-            .collect()
     }
 
     #[test]

@@ -88,6 +88,18 @@ impl Store {
         }
     }
 
+    /// Writes `item` whatever is there.
+    pub(crate) async fn put(&self, item: item::Item) -> Result<(), StoreError> {
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(|e| StoreError::backend("PutItem", e))?;
+        Ok(())
+    }
+
     /// One cheap consistent read proving the table answers.
     pub async fn ping(&self) -> Result<(), StoreError> {
         self.client

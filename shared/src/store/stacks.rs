@@ -92,13 +92,7 @@ impl Store {
             .transact_items(TransactWriteItem::builder().put(put_manifest).build())
             .send()
             .await
-            .map_err(|e| {
-                if is_condition_cancel(&e) {
-                    StoreError::ConditionFailed
-                } else {
-                    StoreError::backend("TransactWriteItems", e)
-                }
-            })?;
+            .map_err(transaction_error)?;
         Ok(())
     }
 
@@ -496,13 +490,7 @@ impl Store {
             let delete = delete.build().map_err(|e| StoreError::Malformed(e.to_string()))?;
             transaction = transaction.transact_items(TransactWriteItem::builder().delete(delete).build());
         }
-        transaction.send().await.map_err(|e| {
-            if is_condition_cancel(&e) {
-                StoreError::ConditionFailed
-            } else {
-                StoreError::backend("TransactWriteItems", e)
-            }
-        })?;
+        transaction.send().await.map_err(transaction_error)?;
         Ok(())
     }
 
@@ -525,14 +513,23 @@ fn manifest_of(mut item: Item) -> Result<String, Unreadable> {
     text.map_err(|reason| Unreadable { pk, sk, reason })
 }
 
-/// A transaction cancelled because a condition of one of its items did not hold.
-fn is_condition_cancel<R>(err: &aws_sdk_dynamodb::error::SdkError<TransactWriteItemsError, R>) -> bool {
-    match err.as_service_error() {
+/// A transaction cancelled because a condition of one of its items did not hold is
+/// [`StoreError::ConditionFailed`]; anything else is the backend's.
+fn transaction_error<R>(err: aws_sdk_dynamodb::error::SdkError<TransactWriteItemsError, R>) -> StoreError
+where
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    let condition_failed = match err.as_service_error() {
         Some(TransactWriteItemsError::TransactionCanceledException(cancel)) => cancel
             .cancellation_reasons()
             .iter()
             .any(|r| r.code() == Some("ConditionalCheckFailed")),
         _ => false,
+    };
+    if condition_failed {
+        StoreError::ConditionFailed
+    } else {
+        StoreError::backend("TransactWriteItems", err)
     }
 }
 

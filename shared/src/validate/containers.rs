@@ -174,43 +174,15 @@ fn check_probe(probe: &Probe, port_names: &[&str], at: &str) -> Result<(), Rejec
         ("tcpSocket", probe.tcp_socket.as_ref().map(|a| &a.port)),
     ];
     check_named_ports(&target_port, port_names, at)?;
+    // One row per field: (name, value, least, most).
+    #[rustfmt::skip]
     let bounded = [
-        (
-            "initialDelaySeconds",
-            probe.initial_delay_seconds.map(i64::from),
-            0,
-            MAX_PROBE_SECONDS,
-        ),
-        (
-            "periodSeconds",
-            probe.period_seconds.map(i64::from),
-            0,
-            MAX_PROBE_SECONDS,
-        ),
-        (
-            "timeoutSeconds",
-            probe.timeout_seconds.map(i64::from),
-            0,
-            MAX_PROBE_SECONDS,
-        ),
-        (
-            "successThreshold",
-            probe.success_threshold.map(i64::from),
-            0,
-            MAX_PROBE_THRESHOLD,
-        ),
-        (
-            "failureThreshold",
-            probe.failure_threshold.map(i64::from),
-            0,
-            MAX_PROBE_THRESHOLD,
-        ),
-        (
-            "terminationGracePeriodSeconds",
-            probe.termination_grace_period_seconds,
-            1,
-            MAX_TERMINATION_GRACE_SECS,
-        ),
+        ("initialDelaySeconds", probe.initial_delay_seconds.map(i64::from), 0, MAX_PROBE_SECONDS),
+        ("periodSeconds", probe.period_seconds.map(i64::from), 0, MAX_PROBE_SECONDS),
+        ("timeoutSeconds", probe.timeout_seconds.map(i64::from), 0, MAX_PROBE_SECONDS),
+        ("successThreshold", probe.success_threshold.map(i64::from), 0, MAX_PROBE_THRESHOLD),
+        ("failureThreshold", probe.failure_threshold.map(i64::from), 0, MAX_PROBE_THRESHOLD),
+        ("terminationGracePeriodSeconds", probe.termination_grace_period_seconds, 1, MAX_TERMINATION_GRACE_SECS),
     ];
     for (field, value, min, max) in bounded {
         if value.is_some_and(|v| !(min..=max).contains(&v)) {

@@ -22,9 +22,7 @@ pub(crate) mod isolation_check;
 mod metadata;
 mod nesting;
 mod pod_spec;
-mod policy;
 mod ports;
-pub(crate) mod quantity;
 mod references;
 mod rejection;
 mod resources;
@@ -38,9 +36,9 @@ mod tests;
 
 use k8s_openapi::api::core::v1::Pod;
 
+pub(crate) use crate::config::ValidationPolicy;
 pub(crate) use pod_spec::MAX_TERMINATION_GRACE_SECS;
 pub(crate) use pod_spec::{NODE_NAME_FIELD, term_can_match};
-pub use policy::ValidationPolicy;
 pub(crate) use ports::validate_target_ports;
 pub use rejection::Rejection;
 

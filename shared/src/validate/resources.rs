@@ -18,9 +18,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::quantity::{QuantityError, format_bytes, format_cpu_milli, parse_bytes, parse_cpu_milli};
 use super::rejection::ContainerPath;
 use super::{Rejection, ValidationPolicy};
+use crate::quantity::{QuantityError, format_bytes, format_cpu_milli, parse_bytes, parse_cpu_milli};
 
 const CPU: &str = "cpu";
 const MEMORY: &str = "memory";

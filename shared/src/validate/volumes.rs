@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, PodSpec, Volume, VolumePr
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::Rejection;
-use super::quantity::{format_bytes, parse_bytes};
+use crate::quantity::{format_bytes, parse_bytes};
 
 const ALLOWED_TYPES: &str = "only emptyDir, configMap, secret, downwardAPI and projected volumes are allowed";
 

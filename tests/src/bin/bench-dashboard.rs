@@ -28,13 +28,14 @@ use kube::Api;
 use kube::api::{ListParams, PostParams};
 use stack_api::AppState;
 use stack_core::Scope;
+use stack_core::Stacks;
 use stack_core::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, STACK_ID_LABEL, StackId, StackUsage};
-use stack_core::{Manifest, Store, StoreError};
-use stack_core::{Rejection, ValidationPolicy, validate};
-use stack_core::{StackError, Stacks};
+use stack_core::{Manifest, Store};
+use stack_core::{ValidationPolicy, validate};
 use stack_tests::api::{API_KEY, kube_config};
-use stack_tests::browser::{Browser, BrowserError, serve};
-use stack_tests::env::{EnvError, SimulatedNode, TestEnv, TestNamespace, TestTable, nodes, unique_name};
+use stack_tests::bench_fixture::BenchError;
+use stack_tests::browser::{Browser, serve};
+use stack_tests::env::{SimulatedNode, TestEnv, TestNamespace, TestTable, nodes, unique_name};
 use stack_tests::manifests::{BENCH_POD, BENCH_PORT};
 use stack_tests::reconciler::{add_schedulable_node, reconciler_config, running_record, stack_service};
 
@@ -44,32 +45,6 @@ const RUNNING_TIMEOUT: Duration = Duration::from_secs(900);
 const PAGE_TIMEOUT: Duration = Duration::from_secs(120);
 /// The dashboard's page size (app.js `PAGE_LIMIT`).
 const PAGE_LIMIT: usize = 100;
-
-#[derive(Debug, thiserror::Error)]
-enum BenchError {
-    #[error(transparent)]
-    Env(#[from] EnvError),
-    #[error("kubernetes: {0}")]
-    Kube(#[from] kube::Error),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Stacks(#[from] StackError),
-    #[error(transparent)]
-    Cluster(#[from] stack_core::ClusterError),
-    #[error("query: {0}")]
-    Query(String),
-    #[error(transparent)]
-    Config(#[from] stack_core::ConfigError),
-    #[error("the benchmark manifest was refused: {0}")]
-    Manifest(#[from] Rejection),
-    #[error(transparent)]
-    Browser(#[from] BrowserError),
-    #[error("webdriver: {0}")]
-    WebDriver(#[from] fantoccini::error::CmdError),
-    #[error("{0}")]
-    Timeout(String),
-}
 
 fn arg(flag: &str) -> Option<String> {
     std::env::args().skip_while(|a| a != flag).nth(1)
@@ -166,7 +141,7 @@ async fn run(
         &[("STACK_NODE_ROLE", &role), ("API_KEY", API_KEY)],
     );
     let seeder = Seeder {
-        policy: ValidationPolicy::from_config(&config)?,
+        policy: config.validation.clone(),
         pods: Api::namespaced(env.kube.clone(), &namespace_name),
         services: Api::namespaced(env.kube.clone(), &namespace_name),
         store: Store::new(env.dynamodb.clone(), &table_name, true),
@@ -312,7 +287,7 @@ async fn breakdown(env: &TestEnv, state: &AppState, rounds: usize) -> Result<(),
     let cluster = stacks.cluster();
     let (keys, _) = store.list_stack_keys(None, PAGE_LIMIT).await?;
     let ids: Vec<StackId> = keys.iter().map(|k| k.stack_id().clone()).collect();
-    let pods: Api<Pod> = Api::namespaced(env.kube.clone(), &stacks.config().namespace);
+    let pods: Api<Pod> = Api::namespaced(env.kube.clone(), &stacks.config().validation.namespace);
     let selector = format!(
         "{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{STACK_ID_LABEL} in ({})",
         ids.iter().map(StackId::as_str).collect::<Vec<_>>().join(",")

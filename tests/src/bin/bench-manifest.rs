@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use stack_core::Config;
 use stack_core::StoredManifest;
+use stack_core::validate;
 use stack_core::{Protocol, StackId, TargetPort};
-use stack_core::{ValidationPolicy, validate};
 use stack_tests::manifests::{ENV_VALUE_BYTES, alias_env_pod, noise, prose};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -20,7 +20,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         None => 50,
     };
     let config = Config::from_lookup(|name| (name == "API_KEY").then(|| "bench".to_owned()))?;
-    let policy = ValidationPolicy::from_config(&config)?;
+    let policy = config.validation.clone();
     let ports = [TargetPort {
         container_port: 80,
         protocol: Protocol::Tcp,

@@ -25,12 +25,12 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Api;
 use kube::api::PostParams;
 use stack_core::StackId;
-use stack_core::{Rejection, ValidationPolicy, validate};
-use stack_core::{Store, StoreError};
-use stack_tests::bench_fixture::{BenchFixture, PODS_TIMEOUT, wait_all_running};
-use stack_tests::env::{EnvError, SimulatedNode, TestEnv, unique_name};
+use stack_core::Store;
+use stack_core::{ValidationPolicy, validate};
+use stack_tests::bench_fixture::{BenchError, BenchFixture, PODS_TIMEOUT, wait_all_running};
+use stack_tests::env::{SimulatedNode, TestEnv, unique_name};
 use stack_tests::manifests::{BENCH_POD, BENCH_PORT};
-use stack_tests::pass_process::{PassProcessError, PassRequest, run_pass_here, spawn_pass};
+use stack_tests::pass_process::{PassRequest, run_pass_here, spawn_pass};
 use stack_tests::proc_status::{kib_text, peak_rss_kib};
 use stack_tests::reconciler::{reconciler_config, running_record, stack_service};
 
@@ -38,22 +38,6 @@ use stack_tests::reconciler::{reconciler_config, running_record, stack_service};
 const SEED_CONCURRENCY: usize = 48;
 /// Pods per simulated node (the kubelet default is 110; kwok nodes here take 1000).
 const PODS_PER_NODE: usize = 1000;
-
-#[derive(Debug, thiserror::Error)]
-enum BenchError {
-    #[error(transparent)]
-    Env(#[from] EnvError),
-    #[error("kubernetes: {0}")]
-    Kube(#[from] kube::Error),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Pass(#[from] PassProcessError),
-    #[error(transparent)]
-    Config(#[from] stack_core::ConfigError),
-    #[error("the benchmark manifest was refused: {0}")]
-    Manifest(#[from] Rejection),
-}
 
 /// What one seeded stack is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,7 +141,7 @@ async fn run(env: &TestEnv, stacks: usize, fixture: &mut BenchFixture) -> Result
     );
     let api_config = reconciler_config(&namespace_name, &table_name, &[("STACK_NODE_ROLE", &role)]);
     let seeder = Seeder {
-        policy: ValidationPolicy::from_config(&api_config)?,
+        policy: api_config.validation.clone(),
         pods: Api::namespaced(env.kube.clone(), &namespace_name),
         services: Api::namespaced(env.kube.clone(), &namespace_name),
         store: Store::new(env.dynamodb.clone(), &table_name, true),

@@ -43,12 +43,12 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Api;
 use serde_json::{Value, json};
 use stack_core::StackStatus;
-use stack_core::{Manifest, Store, StoreError};
-use stack_tests::api_process::{Answer, ApiClient, ApiProcess, ApiProcessError};
-use stack_tests::bench_fixture::{BenchFixture, PODS_TIMEOUT, list_managed};
+use stack_core::{Manifest, Store};
+use stack_tests::api_process::{Answer, ApiClient, ApiProcess};
+use stack_tests::bench_fixture::{BenchError, BenchFixture, PODS_TIMEOUT, list_managed};
 use stack_tests::endpoints::{self, Endpoints, Exposure};
 use stack_tests::env::processes::Component;
-use stack_tests::env::{EnvError, SimulatedNode, TestEnv, unique_name};
+use stack_tests::env::{SimulatedNode, TestEnv, unique_name};
 use stack_tests::latency::{median, percentile};
 use stack_tests::manifests::{BENCH_POD, BENCH_POD_CPU_MILLI, BENCH_POD_MEMORY_MIB, BENCH_PORT};
 use stack_tests::pass_process::{PassProcessError, PassReport, PassRequest, run_pass_here, spawn_pass};
@@ -82,24 +82,6 @@ const ENV_PROCESSES: [&str; 6] = [
 const GOAL_PASS: Duration = Duration::from_secs(5);
 const GOAL_LIST_CALLS: u64 = 30;
 const GOAL_PEAK_RSS_MB: f64 = 128.0;
-
-#[derive(Debug, thiserror::Error)]
-enum BenchError {
-    #[error("{0}")]
-    Usage(String),
-    #[error(transparent)]
-    Env(#[from] EnvError),
-    #[error("kubernetes: {0}")]
-    Kube(#[from] kube::Error),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Api(#[from] ApiProcessError),
-    #[error(transparent)]
-    Pass(#[from] PassProcessError),
-    #[error("interrupted")]
-    Interrupted,
-}
 
 #[derive(Debug, Clone)]
 struct Options {

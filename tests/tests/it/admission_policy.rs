@@ -13,8 +13,8 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use stack_core::Config;
+use stack_core::validate;
 use stack_core::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, Protocol, StackId, TargetPort};
-use stack_core::{ValidationPolicy, validate};
 use stack_tests::api::{ApiHarness, WEB_POD, kube_config};
 use stack_tests::env::rbac_manifest::{self, HARDENING_POLICY_NAME, POLICY_NAME, RbacManifest};
 use stack_tests::env::{SIMULATED_ROLE, TestEnv, TestNamespace};
@@ -78,7 +78,7 @@ impl PolicyHarness {
 
     /// What the provisioner creates from [`WEB_POD`] (exposing TCP 80), as JSON.
     fn stack_pod(&self) -> Value {
-        let policy = ValidationPolicy::from_config(&self.config).expect("validation policy");
+        let policy = self.config.validation.clone();
         let port = TargetPort {
             container_port: 80,
             protocol: Protocol::Tcp,

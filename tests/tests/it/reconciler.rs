@@ -80,6 +80,17 @@ async fn running_stack(api: &ApiHarness, reconciler: &TestReconciler) -> StackId
     id
 }
 
+/// One pass ends the one drifted stack, and only it: `kept` is all that is left.
+async fn drift_repaired_and_kept(api: &ApiHarness, reconciler: &TestReconciler, kept: &StackId) {
+    let summary = reconciler.pass().await;
+    assert_eq!(
+        (summary.counts.drift, summary.counts.expired, summary.counts.failures),
+        (1, 0, 0),
+        "{summary:?}"
+    );
+    assert_eq!(State::of(api).await, State::stacks(&[kept]));
+}
+
 fn past() -> Timestamp {
     Timestamp::now() - SignedDuration::from_mins(1)
 }
@@ -198,13 +209,7 @@ async fn stack_whose_pod_was_deleted_behind_our_back_loses_service_and_record() 
     wait_gone(&api.pods_api(), &lost.pod_name()).await.unwrap();
     assert_eq!(api.managed_services().await.len(), 2, "the service outlived its pod");
 
-    let summary = reconciler.pass().await;
-    assert_eq!(
-        (summary.counts.drift, summary.counts.expired, summary.counts.failures),
-        (1, 0, 0),
-        "{summary:?}"
-    );
-    assert_eq!(State::of(&api).await, State::stacks(&[&kept]));
+    drift_repaired_and_kept(&api, &reconciler, &kept).await;
     api.finish().await;
 }
 
@@ -219,13 +224,7 @@ async fn stack_whose_service_was_deleted_loses_pod_and_record() {
         .unwrap();
     wait_gone(&api.services_api(), &lost.service_name()).await.unwrap();
 
-    let summary = reconciler.pass().await;
-    assert_eq!(
-        (summary.counts.drift, summary.counts.expired, summary.counts.failures),
-        (1, 0, 0),
-        "{summary:?}"
-    );
-    assert_eq!(State::of(&api).await, State::stacks(&[&kept]));
+    drift_repaired_and_kept(&api, &reconciler, &kept).await;
     api.finish().await;
 }
 

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::config::Config;
 use crate::model::{Protocol, StackId, TargetPort};
-use crate::validate::{ValidationPolicy, validate};
+use crate::validate::validate;
 
 const TERMS_NONE: &str = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms match no stack node (nodes with role=stack: 3)";
 
@@ -27,7 +27,7 @@ fn hardened(cpu: &str, memory: &str, spec: Value) -> HardenedPod {
     }
     let vars = HashMap::from([("API_KEY", "k")]);
     let config = Config::from_lookup(|name| vars.get(name).map(|v| (*v).to_owned())).unwrap();
-    let policy = ValidationPolicy::from_config(&config).unwrap();
+    let policy = config.validation;
     let target = TargetPort {
         container_port: 80,
         protocol: Protocol::Tcp,

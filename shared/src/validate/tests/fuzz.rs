@@ -304,7 +304,7 @@ fn assert_within_issue_10_rules(hardened: &HardenedPod) {
         .iter()
         .map(|c| {
             let quantity = &c.resources.as_ref().unwrap().limits.as_ref().unwrap()["ephemeral-storage"];
-            crate::validate::quantity::parse_bytes(&quantity.0).expect("bytes")
+            crate::quantity::parse_bytes(&quantity.0).expect("bytes")
         })
         .sum();
     assert!(storage <= policy.ephemeral_storage_limit, "{storage}");

@@ -1,8 +1,14 @@
-//! What the validator enforces, taken from the configuration once at start-up.
+//! What the validator enforces (`validate`), read from the environment with the rest of the
+//! configuration: one field per setting, parsed once.
 
-use crate::config::{Config, ConfigError, DropCapabilities, NodeTaint, PodLimits};
+use std::time::Duration;
 
-use super::quantity;
+use super::hardening::{self, DropCapabilities, NodeTaint};
+use super::{
+    DEFAULT_ANNOTATION_ALLOWLIST, DEFAULT_LABEL_ALLOWLIST, PodLimits, Reader, parse_at_least_one, parse_bool,
+    parse_positive, split_list, to_strings,
+};
+use crate::quantity;
 
 /// The limits and forced values `validate` applies to every manifest.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,66 +60,91 @@ pub struct ValidationPolicy {
 impl ValidationPolicy {
     pub const DEFAULT_MAX_MANIFEST_BYTES: usize = 256 * 1024;
 
-    pub fn from_config(config: &Config) -> Result<Self, ConfigError> {
-        let mut problems = Vec::new();
-        let ephemeral_storage_limit = quantity::parse_bytes(&config.ephemeral_storage_limit).unwrap_or_else(|err| {
-            problems.push(format!(
-                "STACK_EPHEMERAL_STORAGE_LIMIT: {err} (got {:?})",
-                config.ephemeral_storage_limit
-            ));
-            0
+    /// Reads the validator's settings; `max_lifetime` is `STACK_MAX_LIFETIME`, already read.
+    pub(super) fn read<F: Fn(&str) -> Option<String>>(env: &mut Reader<'_, F>, max_lifetime: Duration) -> Self {
+        let ephemeral_storage_limit = env.parse("STACK_EPHEMERAL_STORAGE_LIMIT", 1 << 30, |v| {
+            quantity::parse_bytes(v).map_err(|err| err.to_string())
         });
         // Rounded up so a sub-second lifetime still gives the pod a positive deadline.
-        let max_lifetime_secs = i64::try_from(config.max_lifetime.as_secs())
+        let max_lifetime_secs = i64::try_from(max_lifetime.as_secs())
             .unwrap_or(i64::MAX)
-            .saturating_add(i64::from(config.max_lifetime.subsec_nanos() > 0));
+            .saturating_add(i64::from(max_lifetime.subsec_nanos() > 0));
         if max_lifetime_secs <= 0 {
-            problems.push("STACK_MAX_LIFETIME: must be positive".into());
+            env.problems.push("STACK_MAX_LIFETIME: must be positive".into());
         }
-        if !problems.is_empty() {
-            return Err(ConfigError { problems });
-        }
-        Ok(Self {
-            namespace: config.namespace.clone(),
-            node_role: config.node_role.clone(),
+        let list = |env: &Reader<'_, F>, name: &str| env.string(name).map(|v| split_list(&v)).unwrap_or_default();
+        Self {
+            namespace: env.string("STACK_NAMESPACE").unwrap_or_else(|| "stacks".into()),
+            node_role: env.string("STACK_NODE_ROLE").unwrap_or_else(|| "stack".into()),
             max_lifetime_secs,
-            max_cpu_milli: config.max_cpu_milli,
-            max_memory_bytes: config.max_memory_bytes,
+            max_cpu_milli: env.parse_opt("STACK_MAX_CPU_MILLI", parse_positive),
+            max_memory_bytes: env.parse_opt("STACK_MAX_MEMORY_BYTES", parse_positive),
             ephemeral_storage_limit,
-            image_allowlist: config.image_allowlist.clone(),
-            runtime_class: config.runtime_class.clone(),
-            user_namespaces: config.user_namespaces,
-            isolation_check_image: config.isolation_check_image.clone(),
-            drop_capabilities: config.drop_capabilities,
-            add_back_capabilities: config.add_back_capabilities.clone(),
-            node_taint: config.node_taint.clone(),
-            shared_config_maps: config.shared_config_maps.clone(),
-            shared_secrets: config.shared_secrets.clone(),
-            image_pull_secrets: config.image_pull_secrets.clone(),
-            label_allowlist: config.label_allowlist.clone(),
-            annotation_allowlist: config.annotation_allowlist.clone(),
-            pod_limits: config.pod_limits,
+            image_allowlist: list(env, "STACK_IMAGE_ALLOWLIST"),
+            runtime_class: env.string("STACK_RUNTIME_CLASS"),
+            user_namespaces: env.parse("STACK_USER_NAMESPACES", false, parse_bool),
+            isolation_check_image: env.string("STACK_ISOLATION_CHECK_IMAGE"),
+            drop_capabilities: env.parse(
+                "STACK_DROP_CAPABILITIES",
+                DropCapabilities::default(),
+                hardening::parse_drop_capabilities,
+            ),
+            add_back_capabilities: env.parse(
+                "STACK_ADD_BACK_CAPABILITIES",
+                hardening::default_add_back(),
+                hardening::parse_add_back,
+            ),
+            node_taint: env.parse_opt("STACK_NODE_TAINT", hardening::parse_node_taint),
+            shared_config_maps: list(env, "STACK_SHARED_CONFIGMAPS"),
+            shared_secrets: list(env, "STACK_SHARED_SECRETS"),
+            image_pull_secrets: list(env, "STACK_IMAGE_PULL_SECRETS"),
+            label_allowlist: env
+                .string("STACK_LABEL_ALLOWLIST")
+                .map(|v| split_list(&v))
+                .unwrap_or_else(|| to_strings(DEFAULT_LABEL_ALLOWLIST)),
+            annotation_allowlist: env
+                .string("STACK_ANNOTATION_ALLOWLIST")
+                .map(|v| split_list(&v))
+                .unwrap_or_else(|| to_strings(DEFAULT_ANNOTATION_ALLOWLIST)),
+            pod_limits: PodLimits {
+                containers: env.parse(
+                    "STACK_MAX_CONTAINERS",
+                    PodLimits::DEFAULT.containers,
+                    parse_at_least_one,
+                ),
+                init_containers: env.parse(
+                    "STACK_MAX_INIT_CONTAINERS",
+                    PodLimits::DEFAULT.init_containers,
+                    parse_at_least_one,
+                ),
+                volumes: env.parse("STACK_MAX_VOLUMES", PodLimits::DEFAULT.volumes, parse_at_least_one),
+                env: env.parse("STACK_MAX_ENV", PodLimits::DEFAULT.env, parse_at_least_one),
+                ports: env.parse(
+                    "STACK_MAX_CONTAINER_PORTS",
+                    PodLimits::DEFAULT.ports,
+                    parse_at_least_one,
+                ),
+            },
             max_manifest_bytes: Self::DEFAULT_MAX_MANIFEST_BYTES,
-        })
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
-    use std::time::Duration;
 
-    use super::*;
+    use super::super::{Config, ConfigError};
 
-    fn config(vars: &[(&str, &str)]) -> Config {
+    fn config(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
         let mut map: HashMap<&str, &str> = vars.iter().copied().collect();
         map.insert("API_KEY", "k");
-        Config::from_lookup(|name| map.get(name).map(|v| v.to_string())).unwrap()
+        Config::from_lookup(|name| map.get(name).map(|v| v.to_string()))
     }
 
     #[test]
     fn built_from_configuration() {
-        let policy = ValidationPolicy::from_config(&config(&[
+        let policy = config(&[
             ("STACK_NAMESPACE", "ctf"),
             ("STACK_NODE_ROLE", "chall"),
             ("STACK_MAX_LIFETIME", "8h"),
@@ -125,8 +156,9 @@ mod tests {
             ("STACK_IMAGE_PULL_SECRETS", "regcred"),
             ("STACK_ANNOTATION_ALLOWLIST", "ctf.example.com/*"),
             ("STACK_MAX_VOLUMES", "4"),
-        ]))
-        .unwrap();
+        ])
+        .unwrap()
+        .validation;
         assert_eq!(policy.shared_config_maps, ["scripts"]);
         assert_eq!(policy.shared_secrets, ["flag", "motd"]);
         assert_eq!(policy.image_pull_secrets, ["regcred"]);
@@ -145,21 +177,17 @@ mod tests {
 
     #[test]
     fn default_ephemeral_limit_is_one_gibibyte() {
-        assert_eq!(
-            ValidationPolicy::from_config(&config(&[]))
-                .unwrap()
-                .ephemeral_storage_limit,
-            1 << 30
-        );
+        assert_eq!(config(&[]).unwrap().validation.ephemeral_storage_limit, 1 << 30);
     }
 
     #[test]
     fn bad_values_are_named() {
-        let mut bad = config(&[("STACK_EPHEMERAL_STORAGE_LIMIT", "lots")]);
-        bad.max_lifetime = Duration::ZERO;
-        let err = ValidationPolicy::from_config(&bad).unwrap_err();
-        assert_eq!(err.problems.len(), 2, "{err}");
-        assert!(err.problems[0].starts_with("STACK_EPHEMERAL_STORAGE_LIMIT"), "{err}");
-        assert!(err.problems[1].starts_with("STACK_MAX_LIFETIME"), "{err}");
+        let err = config(&[("STACK_EPHEMERAL_STORAGE_LIMIT", "lots"), ("STACK_MAX_LIFETIME", "0s")]).unwrap_err();
+        for name in [
+            "STACK_EPHEMERAL_STORAGE_LIMIT: ",
+            "STACK_MAX_LIFETIME: must be positive",
+        ] {
+            assert!(err.problems.iter().any(|p| p.starts_with(name)), "{name}: {err}");
+        }
     }
 }
