@@ -173,7 +173,7 @@ pub struct PodLimits {
 }
 
 impl PodLimits {
-    pub const DEFAULT: Self = Self {
+    pub(crate) const DEFAULT: Self = Self {
         containers: 8,
         init_containers: 8,
         volumes: 32,

@@ -303,7 +303,7 @@ pub struct Failure {
 impl Failure {
     /// Longest message kept: kubelet messages (a termination message, a registry's answer)
     /// can run to kilobytes, and the record is read on every status poll.
-    pub const MAX_MESSAGE_CHARS: usize = 1024;
+    pub(crate) const MAX_MESSAGE_CHARS: usize = 1024;
 
     pub fn new(reason: FailureReason, message: impl Into<String>) -> Self {
         let mut message: String = message.into();
@@ -654,6 +654,6 @@ pub struct BatchDeleteJob {
 
 impl BatchDeleteJob {
     /// At most this many errors are kept, each at most `MAX_ERROR_CHARS` long.
-    pub const MAX_ERRORS: usize = 100;
-    pub const MAX_ERROR_CHARS: usize = 512;
+    pub(crate) const MAX_ERRORS: usize = 100;
+    pub(crate) const MAX_ERROR_CHARS: usize = 512;
 }

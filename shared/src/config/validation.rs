@@ -58,7 +58,7 @@ pub struct ValidationPolicy {
 }
 
 impl ValidationPolicy {
-    pub const DEFAULT_MAX_MANIFEST_BYTES: usize = 256 * 1024;
+    pub(crate) const DEFAULT_MAX_MANIFEST_BYTES: usize = 256 * 1024;
 
     /// Reads the validator's settings; `max_lifetime` is `STACK_MAX_LIFETIME`, already read.
     pub(super) fn read<F: Fn(&str) -> Option<String>>(env: &mut Reader<'_, F>, max_lifetime: Duration) -> Self {
