@@ -5,8 +5,13 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use stack_core::{PortMapping, Protocol};
+use std::collections::BTreeMap;
+
+use utoipa::openapi::response::{Response as ResponseDoc, ResponseBuilder};
+use utoipa::openapi::schema::{Object, Type};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityScheme};
-use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa::openapi::{Content, Header, Ref, RefOr};
+use utoipa::{IntoResponses, Modify, OpenApi, ToSchema};
 
 use crate::routes::{batch, dashboard, health, history, identity, preflight, stacks};
 
@@ -15,6 +20,54 @@ use crate::routes::{batch, dashboard, health, history, identity, preflight, stac
 #[schema(as = Error)]
 pub struct ErrorBody {
     pub error: String,
+}
+
+/// An error answer of the documented shape ([`ErrorBody`]).
+fn error_answer(description: &str) -> ResponseBuilder {
+    ResponseBuilder::new()
+        .description(description)
+        .content("application/json", Content::new(Some(Ref::from_schema_name("Error"))))
+}
+
+fn answers<const N: usize>(answers: [(&str, ResponseBuilder); N]) -> BTreeMap<String, RefOr<ResponseDoc>> {
+    answers
+        .into_iter()
+        .map(|(status, answer)| (status.to_owned(), RefOr::T(answer.build())))
+        .collect()
+}
+
+/// 401 and 403 of every route that takes a key.
+pub struct KeyRefused;
+
+impl IntoResponses for KeyRefused {
+    fn responses() -> BTreeMap<String, RefOr<ResponseDoc>> {
+        answers([
+            ("401", error_answer("Missing or wrong key")),
+            ("403", error_answer("The key's role may not do this")),
+        ])
+    }
+}
+
+/// 503 with `Retry-After`: DynamoDB or the apiserver is unavailable.
+pub struct Unavailable;
+
+impl IntoResponses for Unavailable {
+    fn responses() -> BTreeMap<String, RefOr<ResponseDoc>> {
+        let retry_after = Header::new(Object::with_type(Type::String));
+        answers([(
+            "503",
+            error_answer("A dependency is unavailable").header("Retry-After", retry_after),
+        )])
+    }
+}
+
+/// 404 of the routes of one stack.
+pub struct StackGone;
+
+impl IntoResponses for StackGone {
+    fn responses() -> BTreeMap<String, RefOr<ResponseDoc>> {
+        answers([("404", error_answer("Stack gone"))])
+    }
 }
 
 /// `DELETE /stacks/{stack_id}`.

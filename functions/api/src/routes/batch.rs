@@ -22,10 +22,9 @@ use crate::state::AppState;
     responses(
         (status = 202, description = "Success", body = crate::openapi::JobAccepted),
         (status = 400, description = "No ids, a blank id, more than 10,000 ids or a bad body", body = crate::openapi::ErrorBody),
-        (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
-        (status = 403, description = "The key's role may not do this", body = crate::openapi::ErrorBody),
+        crate::openapi::KeyRefused,
         (status = 413, description = "Body over 1 MiB", body = crate::openapi::ErrorBody),
-        (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
+        crate::openapi::Unavailable,
     ),
 )]
 pub async fn start(
@@ -64,10 +63,9 @@ pub async fn start(
     params(("job_id" = String, Path)),
     responses(
         (status = 200, description = "Success", body = JobView),
-        (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
-        (status = 403, description = "The key's role may not do this", body = crate::openapi::ErrorBody),
+        crate::openapi::KeyRefused,
         (status = 404, description = "Unknown job", body = crate::openapi::ErrorBody),
-        (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
+        crate::openapi::Unavailable,
     ),
 )]
 pub async fn get(

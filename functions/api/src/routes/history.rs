@@ -31,9 +31,8 @@ pub struct History {
     operation_id = "getHistory",
     responses(
         (status = 200, description = "Success", body = History),
-        (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
-        (status = 403, description = "The key's role may not do this", body = crate::openapi::ErrorBody),
-        (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
+        crate::openapi::KeyRefused,
+        crate::openapi::Unavailable,
     ),
 )]
 ///

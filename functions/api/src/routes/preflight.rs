@@ -20,10 +20,9 @@ use crate::wire::parse_preflight_body;
     responses(
         (status = 200, description = "Success (go or no-go)", body = Forecast),
         (status = 400, description = "Invalid body, or a manifest a create would refuse", body = crate::openapi::ErrorBody),
-        (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
-        (status = 403, description = "The key's role may not do this", body = crate::openapi::ErrorBody),
+        crate::openapi::KeyRefused,
         (status = 413, description = "Body over 1 MiB", body = crate::openapi::ErrorBody),
-        (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
+        crate::openapi::Unavailable,
     ),
 )]
 pub async fn preflight(

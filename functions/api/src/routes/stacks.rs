@@ -30,8 +30,7 @@ const MAX_IDEMPOTENCY_KEY_LEN: usize = 256;
     responses(
         (status = 201, description = "Success", body = StackView),
         (status = 400, description = "Invalid spec or body", body = crate::openapi::ErrorBody),
-        (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
-        (status = 403, description = "The key's role may not do this", body = crate::openapi::ErrorBody),
+        crate::openapi::KeyRefused,
         (status = 409, description = "Idempotency key reused with another body", body = crate::openapi::ErrorBody),
         (status = 413, description = "Body over 1 MiB", body = crate::openapi::ErrorBody),
         (status = 503, description = "No capacity, or a dependency is unavailable",
@@ -89,9 +88,8 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     responses(
         (status = 200, description = "Success", body = crate::wire::StackPage),
         (status = 400, description = "Invalid limit or cursor", body = crate::openapi::ErrorBody),
-        (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
-        (status = 403, description = "The key's role may not do this", body = crate::openapi::ErrorBody),
-        (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
+        crate::openapi::KeyRefused,
+        crate::openapi::Unavailable,
     ),
 )]
 pub async fn list(
@@ -124,10 +122,9 @@ pub async fn list(
     params(("stack_id" = String, Path, description = "stack- and 16 lowercase hex digits")),
     responses(
         (status = 200, description = "Success", body = StackView),
-        (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
-        (status = 403, description = "The key's role may not do this", body = crate::openapi::ErrorBody),
-        (status = 404, description = "Stack gone", body = crate::openapi::ErrorBody),
-        (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
+        crate::openapi::KeyRefused,
+        crate::openapi::StackGone,
+        crate::openapi::Unavailable,
     ),
 )]
 pub async fn get(
@@ -146,10 +143,9 @@ pub async fn get(
     params(("stack_id" = String, Path, description = "stack- and 16 lowercase hex digits")),
     responses(
         (status = 200, description = "Success", body = StatusView),
-        (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
-        (status = 403, description = "The key's role may not do this", body = crate::openapi::ErrorBody),
-        (status = 404, description = "Stack gone", body = crate::openapi::ErrorBody),
-        (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
+        crate::openapi::KeyRefused,
+        crate::openapi::StackGone,
+        crate::openapi::Unavailable,
     ),
 )]
 pub async fn status(
@@ -168,10 +164,9 @@ pub async fn status(
     params(("stack_id" = String, Path, description = "stack- and 16 lowercase hex digits")),
     responses(
         (status = 200, description = "Success", body = crate::openapi::Deleted),
-        (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
-        (status = 403, description = "The key's role may not do this", body = crate::openapi::ErrorBody),
-        (status = 404, description = "Stack gone", body = crate::openapi::ErrorBody),
-        (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
+        crate::openapi::KeyRefused,
+        crate::openapi::StackGone,
+        crate::openapi::Unavailable,
     ),
 )]
 pub async fn delete(
@@ -191,11 +186,10 @@ pub async fn delete(
     params(("stack_id" = String, Path, description = "stack- and 16 lowercase hex digits")),
     responses(
         (status = 200, description = "Success", body = StackView),
-        (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
-        (status = 403, description = "The key's role may not do this", body = crate::openapi::ErrorBody),
-        (status = 404, description = "Stack gone", body = crate::openapi::ErrorBody),
+        crate::openapi::KeyRefused,
+        crate::openapi::StackGone,
         (status = 409, description = "Maximum lifetime reached", body = crate::openapi::ErrorBody),
-        (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
+        crate::openapi::Unavailable,
     ),
 )]
 pub async fn renew(
@@ -214,9 +208,8 @@ pub async fn renew(
     operation_id = "getStats",
     responses(
         (status = 200, description = "Success", body = stack_core::Stats),
-        (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
-        (status = 403, description = "The key's role may not do this", body = crate::openapi::ErrorBody),
-        (status = 503, description = "A dependency is unavailable", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
+        crate::openapi::KeyRefused,
+        crate::openapi::Unavailable,
     ),
 )]
 pub async fn stats(
