@@ -20,7 +20,7 @@ busybox_tree() {
     mkdir -p "$root"/{bin,etc,tmp,www}
     chmod 1777 "$root/tmp"
     cp "$(command -v busybox)" "$root/bin/busybox"
-    for applet in sh nc httpd sleep cat echo grep id hostname ls ps wget env; do
+    for applet in sh nc httpd sleep cat echo grep id hostname ls ps wget env nslookup; do
         ln -s busybox "$root/bin/$applet"
     done
     printf 'root:x:0:0:root:/root:/bin/sh\nctf:x:1000:1000:ctf:/tmp:/bin/sh\n' >"$root/etc/passwd"
