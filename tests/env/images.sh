@@ -20,7 +20,7 @@ busybox_tree() {
     mkdir -p "$root"/{bin,etc,tmp,www}
     chmod 1777 "$root/tmp"
     cp "$(command -v busybox)" "$root/bin/busybox"
-    for applet in sh nc httpd sleep cat echo grep id hostname ls ps wget env; do
+    for applet in sh nc httpd sleep cat echo grep id hostname ls ps wget env nslookup; do
         ln -s busybox "$root/bin/$applet"
     done
     printf 'root:x:0:0:root:/root:/bin/sh\nctf:x:1000:1000:ctf:/tmp:/bin/sh\n' >"$root/etc/passwd"
@@ -49,4 +49,17 @@ push_images() {
         -t "$repo/lowport:1"
     crane_ mutate "$repo/busybox:1" \
         --entrypoint 'sh,-c,echo stack-env crash challenge: exiting with 3 >&2; exit 3' -t "$repo/crash:1"
+}
+
+# The cluster's DNS: the static CoreDNS alone, configured by the ConfigMap mounted at
+# /etc/coredns (tests/src/env/cluster_dns.rs). Its 55 MB take seconds to compress: up pushes it
+# while the nodes start.
+push_dns_image() {
+    local work="$STATE_DIR/images/coredns" repo="$REGISTRY/stack-env"
+    rm -rf "$work"
+    mkdir -p "$work/root"
+    install -m 0755 "$BIN_DIR/coredns" "$work/root/coredns"
+    layer_of "$work/coredns.tar" "$work/root"
+    crane_ append --oci-empty-base -f "$work/coredns.tar" -t "$repo/coredns-layer:1"
+    crane_ mutate "$repo/coredns-layer:1" --entrypoint /coredns -t "$repo/coredns:1"
 }

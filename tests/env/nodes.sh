@@ -8,6 +8,8 @@
 #   10.(80+N).0.(10+i)     node i: its InternalIP and ExternalIP, what participants connect to
 #   10.(80+N).i.0/24       the pod subnet of node i
 #   198.51.100.(1+N)       also on the host end: a public address, the internet as stacks see it
+#                          (internet.test to the cluster's DNS)
+#   10.96.0.10             the cluster's DNS Service, a ClusterIP (in the nodes' namespaces only)
 # None of them can collide with the machine's own 192.0.2.0/24 or the kwok nodes' documentation
 # addresses (192.0.2.x, 203.0.113.x), and nothing leaves the machine.
 #
@@ -33,6 +35,9 @@ bridge_name() { echo "stk${SLOT}br"; }
 # A documentation address (TEST-NET-2, never routed) standing for the internet: stacks may reach
 # it, unlike every private address.
 internet_host() { echo "198.51.100.$((1 + SLOT))"; }
+# The cluster DNS Service's ClusterIP, fixed inside the apiserver's service range (10.96.0.0/16)
+# as EKS fixes it inside its own: the kubelets write it into every pod's resolv.conf.
+cluster_dns_ip() { echo 10.96.0.10; }
 
 # The real nodes this environment runs (STACK_ENV_REAL_NODES at up, 2 by default; 0 runs the
 # control plane and kwok only).
@@ -332,6 +337,9 @@ failSwapOn: false
 failCgroupV1: false
 podLogsDir: $root/pod-logs
 resolvConf: /etc/resolv.conf
+# The cluster's DNS (CoreDNS, started by up: stack-env cluster-dns), as on EKS.
+clusterDNS: [$(cluster_dns_ip)]
+clusterDomain: cluster.local
 maxPods: 250
 evictionHard: { memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1% }
 imageGCHighThresholdPercent: 100
@@ -409,6 +417,17 @@ start_node_enforcer() {
         --health-port=0 --metrics-port=0 --v=1
     wait_until "$name-kube-router" 60 "kube-router's firewall chains" \
         sh -c "ip netns exec '$ns' iptables -S KUBE-ROUTER-FORWARD >/dev/null 2>&1"
+}
+
+# wait_cluster_dns <i>: a name of the cluster resolves from node i through the DNS Service's
+# ClusterIP (kube-proxy's rules of that node), as every pod asks it.
+wait_cluster_dns() {
+    local i="$1" name ns
+    name="$(node_name "$i")"
+    ns="$(node_netns "$name")"
+    wait_until "$name-kube-proxy" 60 "cluster DNS through $(cluster_dns_ip) from $name" \
+        sh -c "ip netns exec '$ns' busybox nslookup -type=a -timeout=1 kubernetes.default.svc.cluster.local \
+            $(cluster_dns_ip) | grep -q '^Address: '"
 }
 
 # stop_node <i>: the kubelet and kube-proxy, every container (by cgroup), containerd and its

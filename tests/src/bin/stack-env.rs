@@ -6,6 +6,7 @@
 //! stack-env bootstrap-nodes       # the default simulated nodes, waited until a stack pod schedules
 //! stack-env admission-policy      # functions/kubernetes-rbac.yaml's admission policies, waited until enforced
 //! stack-env init-real-nodes       # the real nodes given addresses (as EKS's cloud controller does), Ready, running a pod
+//! stack-env cluster-dns <ip>      # CoreDNS on the real nodes behind the kube-dns Service at <ip>, waited until Ready
 //! stack-env lambda-bootstraps     # sam build's bootstraps present and newer than the sources (else exit 1)
 //! stack-env invoke <api|reconciler> <event.json> [Parameter=Value...]
 //!                                 # the function invoked once under the Lambda emulator (tests/env/invoke)
@@ -18,13 +19,13 @@
 use std::process::ExitCode;
 
 use stack_tests::env::{
-    EnvError, EnvSettings, SIMULATED_ROLE, TableDefinition, create_table, dynamodb_client, kube_client, nodes,
-    rbac_manifest, real_nodes,
+    EnvError, EnvSettings, SIMULATED_ROLE, TableDefinition, cluster_dns, create_table, dynamodb_client, kube_client,
+    kube_config, nodes, rbac_manifest, real_nodes,
 };
 use stack_tests::lambda::artifacts::Bootstraps;
 use stack_tests::lambda::{Gateway, LambdaError, LambdaFunction, LocalFunction, local_gateway};
 
-const USAGE: &str = "usage: stack-env create-table <name> | stack-env bootstrap-nodes | stack-env admission-policy | stack-env init-real-nodes | stack-env lambda-bootstraps | stack-env invoke <api|reconciler> <event.json> [Parameter=Value...] | stack-env lambda-gateway <port> [Parameter=Value...]";
+const USAGE: &str = "usage: stack-env create-table <name> | stack-env bootstrap-nodes | stack-env admission-policy | stack-env init-real-nodes | stack-env cluster-dns <service-ip> | stack-env lambda-bootstraps | stack-env invoke <api|reconciler> <event.json> [Parameter=Value...] | stack-env lambda-gateway <port> [Parameter=Value...]";
 
 #[derive(Debug, thiserror::Error)]
 enum ToolError {
@@ -51,6 +52,7 @@ async fn main() -> ExitCode {
         ["bootstrap-nodes"] => run_bootstrap_nodes().await.map_err(ToolError::from),
         ["admission-policy"] => run_admission_policy().await.map_err(ToolError::from),
         ["init-real-nodes"] => run_init_real_nodes().await.map_err(ToolError::from),
+        ["cluster-dns", service_ip] => run_cluster_dns(service_ip).await.map_err(ToolError::from),
         ["lambda-bootstraps"] => check_bootstraps().map_err(ToolError::from),
         ["lambda-gateway", port, parameters @ ..] => serve_gateway(port, parameters).await,
         ["invoke", function, event, parameters @ ..] => match LambdaFunction::from_name(function) {
@@ -131,6 +133,31 @@ async fn run_init_real_nodes() -> Result<(), EnvError> {
             real_nodes::image(&registry, "tcp")
         );
     }
+    Ok(())
+}
+
+async fn run_cluster_dns(service_ip: &str) -> Result<(), EnvError> {
+    let settings = EnvSettings::load()?;
+    let missing = |name: &str| EnvError::NotConfigured(format!("{name} is not set (no real nodes?)"));
+    let registry = settings
+        .registry
+        .as_deref()
+        .ok_or_else(|| missing("STACK_ENV_REGISTRY"))?;
+    let internet_host = settings
+        .internet_host
+        .as_deref()
+        .ok_or_else(|| missing("STACK_ENV_INTERNET_HOST"))?;
+    let config = kube_config(&settings).await?;
+    let client = kube_client(&settings).await?;
+    cluster_dns::apply(&client, &config.cluster_url, registry, internet_host, service_ip).await?;
+    eprintln!(
+        "stack-env: CoreDNS ({}) Ready behind {}/{} at {service_ip}: {} and {} ({internet_host})",
+        real_nodes::image(registry, "coredns"),
+        cluster_dns::NAMESPACE,
+        cluster_dns::SERVICE,
+        cluster_dns::CLUSTER_DOMAIN,
+        cluster_dns::INTERNET_NAME
+    );
     Ok(())
 }
 

@@ -21,12 +21,17 @@ const DEFAULT_SERVICE_ACCOUNT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A client with the admin kubeconfig `up` wrote (group system:masters).
 pub async fn kube_client(settings: &EnvSettings) -> Result<Client, EnvError> {
+    let config = kube_config(settings).await?;
+    Client::try_from(config).map_err(|e| EnvError::Kubeconfig(e.to_string()))
+}
+
+/// The admin kubeconfig `up` wrote, read (the apiserver's address is its `cluster_url`).
+pub async fn kube_config(settings: &EnvSettings) -> Result<kube::Config, EnvError> {
     let kubeconfig = Kubeconfig::read_from(&settings.kubeconfig)
         .map_err(|e| EnvError::Kubeconfig(format!("{}: {e}", settings.kubeconfig.display())))?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+    kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
-        .map_err(|e| EnvError::Kubeconfig(e.to_string()))?;
-    Client::try_from(config).map_err(|e| EnvError::Kubeconfig(e.to_string()))
+        .map_err(|e| EnvError::Kubeconfig(e.to_string()))
 }
 
 /// Waits until the service-account controller has created `namespace`'s `default` account.

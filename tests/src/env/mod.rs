@@ -15,6 +15,7 @@
 //! ```
 
 mod cluster;
+pub mod cluster_dns;
 mod dynamodb;
 mod error;
 pub mod kubeconfig;
@@ -26,7 +27,7 @@ mod settings;
 pub mod template;
 mod wait;
 
-pub use cluster::{TEST_NAMESPACE_LABEL, TestNamespace, kube_client};
+pub use cluster::{TEST_NAMESPACE_LABEL, TestNamespace, kube_client, kube_config};
 pub use dynamodb::{TestTable, create_table, dynamodb_client};
 pub use error::EnvError;
 pub use nodes::{SIMULATED_ROLE, SimulatedNode};

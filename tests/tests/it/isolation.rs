@@ -1,8 +1,10 @@
 //! The stacks' isolation as a participant's shell meets it on the real nodes, whose NetworkPolicy
 //! enforcer (kube-router's firewall) plays EKS's VPC CNI agent: from inside a stack, the node's
-//! metadata service, the apiserver, a host of the "VPC" and another stack (of another tenant:
-//! the namespace's one isolation policy is what keeps tenants apart) are closed, the
-//! cluster's DNS port and the internet open; the stack's own port still answers from outside.
+//! metadata service, the apiserver, a host of the "VPC", another stack (of another tenant: the
+//! namespace's one isolation policy is what keeps tenants apart) and the DNS pods' metrics port
+//! are closed; the cluster's DNS (CoreDNS, as on EKS) resolves the cluster's names and the
+//! internet host's through the resolver the kubelet gave the stack, and the internet is open; the
+//! stack's own port still answers from outside.
 //!
 //! Every closed target is shown open from a pod the isolation does not select (the control),
 //! or from this machine for the other stack, so a closed port is the policy's doing, not the
@@ -13,13 +15,13 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use http::Method;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Api;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{DeleteParams, ListParams, PostParams};
 use serde_json::json;
 use stack_tests::api::{API_KEY, ApiHarness};
 use stack_tests::challenges::Challenge;
-use stack_tests::env::{real_nodes, unique_name};
+use stack_tests::env::{cluster_dns, real_nodes, unique_name};
 use stack_tests::participant::{address_of, read_all, read_all_within};
 use stack_tests::tenants::{self, ALL_OPERATOR, CTF_PLATFORM, WARGAME_PLATFORM};
 use tokio::net::TcpListener;
@@ -35,6 +37,24 @@ fn probes(banner: &str) -> BTreeMap<String, String> {
         .filter_map(|line| line.strip_prefix("probe "))
         .filter_map(|rest| rest.split_once(": "))
         .map(|(target, state)| (target.to_owned(), state.to_owned()))
+        .collect()
+}
+
+/// `lookup <name>: <address>...|failed` lines of a banner: the addresses by name (none when
+/// the lookup failed).
+fn lookups(banner: &str) -> BTreeMap<String, Vec<String>> {
+    banner
+        .lines()
+        .filter_map(|line| line.strip_prefix("lookup "))
+        .filter_map(|rest| rest.split_once(": "))
+        .map(|(name, answer)| {
+            let addresses = answer
+                .split_whitespace()
+                .filter(|a| *a != "failed")
+                .map(str::to_owned)
+                .collect();
+            (name.to_owned(), addresses)
+        })
         .collect()
 }
 
@@ -85,32 +105,56 @@ async fn pod_ip(pods: &Api<Pod>, name: &str) -> String {
     }
 }
 
-/// A stand-in of the cluster's DNS in `kube-system` (labelled as CoreDNS is) on a real node,
-/// listening on 53 and on 8053; it also probes `targets` itself, outside the isolation.
-async fn dns_stand_in(api: &ApiHarness, targets: &str) -> (Api<Pod>, String, String) {
+/// The ClusterIP of Service `namespace/name`.
+async fn cluster_ip(api: &ApiHarness, namespace: &str, name: &str) -> String {
+    let services: Api<Service> = Api::namespaced(api.env.kube.clone(), namespace);
+    let service = services.get(name).await.expect("the service");
+    service.spec.and_then(|s| s.cluster_ip).expect("its ClusterIP")
+}
+
+/// The cluster's DNS as `up` runs it (`stack_tests::env::cluster_dns`): the address of one of
+/// its Ready pods.
+async fn dns_pod_ip(api: &ApiHarness) -> String {
+    let pods: Api<Pod> = Api::namespaced(api.env.kube.clone(), cluster_dns::NAMESPACE);
+    let (key, value) = cluster_dns::POD_LABEL;
+    let listed = pods
+        .list(&ListParams::default().labels(&format!("{key}={value}")))
+        .await
+        .expect("the DNS pods");
+    listed
+        .items
+        .iter()
+        .filter(|pod| real_nodes::is_pod_ready(Some(pod)))
+        .find_map(|pod| pod.status.as_ref()?.pod_ip.clone())
+        .expect("a Ready DNS pod (tests/env/up runs CoreDNS)")
+}
+
+/// A pod on a real node that the isolation does not select (in `kube-system`, not labelled as
+/// the DNS is), which resolves `lookups` and probes `targets` itself, outside the isolation,
+/// and tells on 8080.
+async fn control_pod(api: &ApiHarness, targets: &str, lookups: &str) -> (Api<Pod>, String, String) {
     let pods: Api<Pod> = Api::namespaced(api.env.kube.clone(), "kube-system");
-    let name = unique_name("dns");
+    let name = unique_name("control");
     let image = real_nodes::image(api.registry(), "tcp");
     let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"k8s-app": "kube-dns"}},
+        "metadata": {"name": name},
         "spec": {
             "nodeSelector": {"role": real_nodes::STACK_ROLE},
             "restartPolicy": "Never",
             "activeDeadlineSeconds": 300,
             "automountServiceAccountToken": false,
             "containers": [{
-                "name": "dns",
+                "name": "control",
                 "image": image,
-                "command": ["sh", "-c", "nc -ll -p 53 -e /bin/banner & exec nc -ll -p 8053 -e /bin/banner"],
-                "env": [{"name": "PROBES", "value": targets}],
-                "readinessProbe": {"tcpSocket": {"port": 8053}, "periodSeconds": 1},
+                "env": [{"name": "PROBES", "value": targets}, {"name": "LOOKUPS", "value": lookups}],
+                "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1},
             }],
         },
     }))
-    .expect("dns pod");
+    .expect("control pod");
     pods.create(&PostParams::default(), &pod)
         .await
-        .expect("create the DNS stand-in");
+        .expect("create the control pod");
     let ip = pod_ip(&pods, &name).await;
     (pods, name, ip)
 }
@@ -164,28 +208,44 @@ async fn a_stack_reaches_dns_and_the_internet_and_nothing_private_and_no_stack_r
     assert!(direct.contains(&neighbour.flag), "{direct}");
 
     let metadata = "169.254.169.254:80".to_owned();
+    let dns_service = cluster_ip(&api, cluster_dns::NAMESPACE, cluster_dns::SERVICE).await;
+    let dns_pod = dns_pod_ip(&api).await;
+    let (dns, dns_through_service) = (format!("{dns_pod}:53"), format!("{dns_service}:53"));
+    let dns_metrics = format!("{dns_pod}:{}", cluster_dns::METRICS_PORT);
+    // The names a shell asks, and what the cluster's DNS must answer.
+    let apiserver_service = cluster_ip(&api, "default", "kubernetes").await;
+    let answers = BTreeMap::from([
+        (
+            format!("kubernetes.default.svc.{}", cluster_dns::CLUSTER_DOMAIN),
+            vec![apiserver_service],
+        ),
+        (cluster_dns::INTERNET_NAME.to_owned(), vec![internet_host.clone()]),
+    ]);
+    let names = answers.keys().cloned().collect::<Vec<_>>().join(" ");
     let controls = [
         metadata.clone(),
         apiserver.clone(),
         vpc.to_string(),
         internet.to_string(),
-    ]
-    .join(" ");
-    let (dns_pods, dns_name, dns_ip) = dns_stand_in(&api, &controls).await;
-    let (dns, dns_other_port) = (format!("{dns_ip}:53"), format!("{dns_ip}:8053"));
+        dns.clone(),
+        dns_metrics.clone(),
+    ];
+    let (control_pods, control_name, control_ip) = control_pod(&api, &controls.join(" "), &names).await;
 
-    // Outside the isolation every target answers: the network carries them.
-    let control = read_all_within(format!("{dns_ip}:8053").parse().expect("addr"), PROBES_BOUND)
+    // Outside the isolation every target answers (the network carries them) and the names
+    // resolve.
+    let control = read_all_within(format!("{control_ip}:8080").parse().expect("addr"), PROBES_BOUND)
         .await
         .expect("the control pod");
     let seen = probes(&control);
-    for target in [&metadata, &apiserver, &vpc.to_string(), &internet.to_string()] {
+    for target in &controls {
         assert_eq!(
             seen.get(target).map(String::as_str),
             Some("open"),
             "control {target}: {control}"
         );
     }
+    assert_eq!(lookups(&control), answers, "control: {control}");
 
     // A participant's shell in a stack.
     let targets = [
@@ -195,10 +255,13 @@ async fn a_stack_reaches_dns_and_the_internet_and_nothing_private_and_no_stack_r
         neighbour_pod.clone(),
         neighbour_public.to_string(),
         dns.clone(),
-        dns_other_port.clone(),
+        dns_through_service.clone(),
+        dns_metrics.clone(),
         internet.to_string(),
     ];
-    let shell = Challenge::local(&registry, "tcp").with_env("PROBES", &targets.join(" "));
+    let shell = Challenge::local(&registry, "tcp")
+        .with_env("PROBES", &targets.join(" "))
+        .with_env("LOOKUPS", &names);
     let created = create_as(CTF_PLATFORM.key, shell.manifest()).await;
     assert_eq!(created.status, 201, "{}", created.json);
     let shell_id = created.json["stack_id"].as_str().expect("id").to_owned();
@@ -221,7 +284,8 @@ async fn a_stack_reaches_dns_and_the_internet_and_nothing_private_and_no_stack_r
         (&neighbour_pod, "closed"),
         (&neighbour_public.to_string(), "closed"),
         (&dns, "open"),
-        (&dns_other_port, "closed"),
+        (&dns_through_service, "open"),
+        (&dns_metrics, "closed"),
         (&internet.to_string(), "open"),
     ];
     let wrong: Vec<String> = expected
@@ -230,8 +294,11 @@ async fn a_stack_reaches_dns_and_the_internet_and_nothing_private_and_no_stack_r
         .map(|(target, state)| format!("{target}: expected {state}, saw {:?}", seen.get(target.as_str())))
         .collect();
     assert!(wrong.is_empty(), "{wrong:#?}\n{said}");
+    // The cluster's DNS answers it over UDP (busybox's nslookup), through the Service's
+    // ClusterIP its resolv.conf names: the cluster's names and the internet host's.
+    assert_eq!(lookups(&said), answers, "{said}");
 
-    let _ = dns_pods.delete(&dns_name, &DeleteParams::default()).await;
+    let _ = control_pods.delete(&control_name, &DeleteParams::default()).await;
     for id in [shell_id, neighbour_id] {
         api.call_as(ALL_OPERATOR.key, Method::DELETE, &format!("/stacks/{id}"), None)
             .await;
