@@ -11,6 +11,7 @@ use super::emulator::{Emulator, Invocation};
 use super::template::{Deployment, FunctionDefinition};
 use crate::env::template::template_path;
 use crate::env::{EnvSettings, SIMULATED_ROLE};
+use stack_core::KeyHash;
 
 /// The key a local deployment is given: the one the sample events carry.
 pub const LOCAL_API_KEY: &str = crate::api::API_KEY;
@@ -59,7 +60,10 @@ impl LocalFunction {
     pub fn new(function: LambdaFunction, settings: &EnvSettings) -> Self {
         let deployment = Deployment::default()
             .parameter("EksClusterName", "")
-            .parameter("ApiKeyValue", LOCAL_API_KEY)
+            .parameter(
+                "ApiKeys",
+                &format!("owner:default:{}", KeyHash::of(LOCAL_API_KEY).to_hex()),
+            )
             .resource("StackTable", &settings.table);
         Self {
             function,

@@ -324,9 +324,10 @@ Resources:
     #[test]
     fn the_checked_in_template_resolves_for_both_functions() {
         let template = std::fs::read_to_string(crate::env::template::template_path()).expect("template.yaml");
+        let hash = "ab".repeat(32);
         let local = Deployment::default()
             .parameter("EksClusterName", "local")
-            .parameter("ApiKeyValue", "a-key-of-twenty-chars")
+            .parameter("ApiKeys", &format!("owner:default:{hash}"))
             .resource("StackTable", "stacks");
         for function in ["ApiFunction", "ReconcilerFunction"] {
             let definition = FunctionDefinition::from_template(&template, function, &local).expect(function);
@@ -334,11 +335,15 @@ Resources:
             assert_eq!(definition.environment["EKS_CLUSTER_NAME"], "local", "{function}");
         }
         let api = FunctionDefinition::from_template(&template, "ApiFunction", &local).expect("api");
-        assert_eq!(api.environment["API_KEY"], "a-key-of-twenty-chars");
+        // Keys only as hashes, and only the API's: no key in clear reaches either function.
+        assert_eq!(api.environment["API_KEYS"], format!("owner:default:{hash}"));
         let reconciler = FunctionDefinition::from_template(&template, "ReconcilerFunction", &local).expect("rec");
+        for (name, environment) in [("api", &api.environment), ("reconciler", &reconciler.environment)] {
+            assert!(!environment.contains_key("API_KEY"), "{name} gets a key in clear");
+        }
         assert!(
-            !reconciler.environment.contains_key("API_KEY"),
-            "only the API gets the key"
+            !reconciler.environment.contains_key("API_KEYS"),
+            "only the API gets the keys"
         );
         assert_eq!(api.binary.as_deref(), Some("stack-api"));
         assert_eq!(reconciler.binary.as_deref(), Some("stack-reconciler"));

@@ -83,7 +83,7 @@ async fn a_cluster_that_is_not_there_fails_the_init() {
 
 #[tokio::test]
 async fn a_missing_required_variable_fails_the_init() {
-    assert_init_fails(LambdaFunction::Api, |f| f.remove_var("API_KEY"), &["API_KEY"]).await;
+    assert_init_fails(LambdaFunction::Api, |f| f.remove_var("API_KEYS"), &["API_KEYS"]).await;
     assert_init_fails(
         LambdaFunction::Api,
         |f| f.remove_var("AWS_LAMBDA_HTTP_IGNORE_STAGE_IN_PATH"),
