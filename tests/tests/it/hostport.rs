@@ -13,7 +13,7 @@ use kube::api::{ListParams, Patch, PatchParams, WatchEvent, WatchParams};
 use serde_json::{Value, json};
 use stack_tests::api::{ApiHarness, Reply, WEB_POD};
 use stack_tests::env::{SimulatedNode, TestEnv, nodes, unique_name};
-use stack_tests::reconciler::{TestReconciler, add_schedulable_node};
+use stack_tests::reconciler::{TestReconciler, add_schedulable_node, wait_gone};
 
 fn stack_id(reply: &Reply) -> String {
     reply.json["stack_id"]
@@ -192,9 +192,14 @@ async fn a_hostport_stack_holds_its_port_on_its_node_and_a_port_serves_one_stack
         (2, 0, 0, 0)
     );
 
-    // A delete frees the port on its node for the next stack.
+    // A delete frees the port on its node for the next stack, once the pod is gone: it is
+    // deleted with a grace period and holds its port until its kubelet has stopped it.
     let deleted = api.call(Method::DELETE, &format!("/stacks/{id}"), None).await;
     assert_eq!(deleted.status, 200, "{}", deleted.json);
+    // (A stack's pod is named by its id.)
+    wait_gone(&api.pods_api(), &id)
+        .await
+        .expect("the deleted stack's pod goes");
     let again = api.create(WEB_POD, json!(80)).await;
     assert_eq!(again.status, 201, "{}", again.json);
     let again_id = stack_id(&again);
