@@ -165,7 +165,7 @@ impl ApiHarness {
         let dynamodb = dynamodb_counting_by_operation(&env.dynamodb, &calls);
         // `DDB_STACK_TABLE` may name another harness's table (a second sandbox over the same stacks).
         let store = Store::new(dynamodb, &config.table, config.consistent_read);
-        let state = AppState::with_clients(config, store, kube).expect("state");
+        let state = AppState::with_clients(config, store, kube);
         Self {
             router: stack_api::router(state.clone()),
             state,

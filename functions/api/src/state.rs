@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
+use stack_core::Config;
 use stack_core::KeyRing;
 use stack_core::Store;
-use stack_core::{Config, ConfigError};
 use stack_core::{SetupError, Stacks};
 
 #[derive(Clone)]
@@ -27,12 +27,12 @@ impl AppState {
     }
 
     /// State over existing clients (tests build their own).
-    pub fn with_clients(config: Config, store: Store, client: kube::Client) -> Result<Self, ConfigError> {
+    pub fn with_clients(config: Config, store: Store, client: kube::Client) -> Self {
         let (api_key_enabled, keys) = (config.api_key_enabled, Arc::new(config.keys.clone()));
-        Ok(Self {
+        Self {
             stacks: Arc::new(Stacks::from_config(config, store, client)),
             api_key_enabled,
             keys,
-        })
+        }
     }
 }

@@ -159,7 +159,7 @@ async fn run(
     wait_all_running(&seeder.pods, stacks).await?;
 
     let kube = kube::Client::try_from(kube_config(env).await)?;
-    let state = AppState::with_clients(config, Store::new(env.dynamodb.clone(), &table_name, true), kube)?;
+    let state = AppState::with_clients(config, Store::new(env.dynamodb.clone(), &table_name, true), kube);
     if rounds > 0 {
         breakdown(env, &state, rounds).await?;
     }
