@@ -11,9 +11,7 @@ use kube::Api;
 use kube::api::ListParams;
 use serde_json::Value;
 use stack_api::AppState;
-use stack_core::Config;
-use stack_core::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, StackRecord};
-use stack_core::{Manifest, Store};
+use stack_core::{Config, MANAGED_BY_LABEL, MANAGED_BY_VALUE, Manifest, StackRecord, Store};
 use tower::ServiceExt;
 
 use crate::black_hole::BlackHole;

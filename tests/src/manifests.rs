@@ -3,8 +3,7 @@
 //! limits (256 KiB of text, twice that once aliases are expanded) and growing when hardened.
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use stack_core::Store;
-use stack_core::{Protocol, StackId, TargetPort};
+use stack_core::{Protocol, StackId, Store, TargetPort};
 
 use crate::reconciler::stored_key;
 

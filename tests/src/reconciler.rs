@@ -12,13 +12,10 @@ use k8s_openapi::api::core::v1::{Node, Pod, ResourceRequirements, Service, Servi
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Api;
-use stack_core::Config;
-use stack_core::Stacks;
 use stack_core::{
-    MANAGED_BY_LABEL, MANAGED_BY_VALUE, PortMapping, Protocol, STACK_ID_LABEL, StackId, StackRecord, StackStatus,
+    Config, MANAGED_BY_LABEL, MANAGED_BY_VALUE, Manifest, PassError, PortMapping, Protocol, Reconciler, STACK_ID_LABEL,
+    StackId, StackRecord, StackStatus, Stacks, Store, StoreError, Summary, run_pass,
 };
-use stack_core::{Manifest, Store, StoreError};
-use stack_core::{PassError, Reconciler, Summary, run_pass};
 
 use crate::api::{ApiHarness, kube_config};
 use crate::env::rbac_manifest::hardened_probe_pod;

@@ -1,9 +1,7 @@
 use std::process::ExitCode;
 
 use stack_api::{AppState, router};
-use stack_core::SetupError;
-use stack_core::refuse_to_start;
-use stack_core::{Config, ConfigError};
+use stack_core::{Config, ConfigError, SetupError, refuse_to_start};
 
 /// lambda_http's switch for REST API events: the path is the event's own, without the stage.
 const IGNORE_STAGE_IN_PATH: &str = "AWS_LAMBDA_HTTP_IGNORE_STAGE_IN_PATH";

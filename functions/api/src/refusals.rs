@@ -3,9 +3,7 @@
 //! answered without waiting for the count (one atomic DynamoDB update, no read). Under a
 //! flood of refusals the minute's item is hot; a count DynamoDB throttles is dropped.
 
-use stack_core::RefusalReason;
-use stack_core::StackError;
-use stack_core::TenantId;
+use stack_core::{RefusalReason, StackError, TenantId};
 
 use crate::state::AppState;
 

@@ -3,10 +3,7 @@
 
 use std::sync::Arc;
 
-use stack_core::Config;
-use stack_core::KeyRing;
-use stack_core::Store;
-use stack_core::{SetupError, Stacks};
+use stack_core::{Config, KeyRing, SetupError, Stacks, Store};
 
 #[derive(Clone)]
 pub struct AppState {

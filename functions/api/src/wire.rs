@@ -8,11 +8,9 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use stack_core::ListCursor;
-use stack_core::TenantId;
-use stack_core::{EventPlan, ExpectedStacks};
 use stack_core::{
-    FailureReason, MANAGED_BY_LABEL, OWN_LABEL_PREFIX, PortMapping, Protocol, StackRecord, StackStatus, TargetPort,
+    EventPlan, ExpectedStacks, FailureReason, ListCursor, MANAGED_BY_LABEL, OWN_LABEL_PREFIX, PortMapping, Protocol,
+    StackRecord, StackStatus, TargetPort, TenantId,
 };
 
 use crate::error::ApiError;

@@ -5,9 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use stack_core::Config;
-use stack_core::refuse_to_start;
-use stack_core::run_pass;
+use stack_core::{Config, refuse_to_start, run_pass};
 use stack_reconciler::{handler, report, setup};
 
 /// Time budget of a local pass (a Lambda pass takes its deadline from the invocation).

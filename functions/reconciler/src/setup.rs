@@ -2,9 +2,7 @@
 
 use std::sync::Arc;
 
-use stack_core::Config;
-use stack_core::Reconciler;
-use stack_core::{SetupError, Stacks};
+use stack_core::{Config, Reconciler, SetupError, Stacks};
 
 /// The reconciler over the configured table and cluster. It holds a full [`Stacks`] so that
 /// batch-delete jobs are resumed through the same lifecycle code as the API's.

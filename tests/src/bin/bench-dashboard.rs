@@ -27,11 +27,10 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use stack_api::AppState;
-use stack_core::Scope;
-use stack_core::Stacks;
-use stack_core::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, STACK_ID_LABEL, StackId, StackUsage};
-use stack_core::{Manifest, Store};
-use stack_core::{ValidationPolicy, validate};
+use stack_core::{
+    MANAGED_BY_LABEL, MANAGED_BY_VALUE, Manifest, STACK_ID_LABEL, Scope, StackId, StackUsage, Stacks, Store,
+    ValidationPolicy, validate,
+};
 use stack_tests::api::{API_KEY, kube_config};
 use stack_tests::bench_fixture::BenchError;
 use stack_tests::browser::{Browser, serve};

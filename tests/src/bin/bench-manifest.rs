@@ -7,10 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use stack_core::Config;
-use stack_core::StoredManifest;
-use stack_core::validate;
-use stack_core::{Protocol, StackId, TargetPort};
+use stack_core::{Config, Protocol, StackId, StoredManifest, TargetPort, validate};
 use stack_tests::manifests::{ENV_VALUE_BYTES, alias_env_pod, noise, prose};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

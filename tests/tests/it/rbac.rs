@@ -13,8 +13,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBind
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
-use stack_core::StackId;
-use stack_core::{Reconciler, run_pass};
+use stack_core::{Reconciler, StackId, run_pass};
 use stack_tests::api::{ApiHarness, WEB_POD, kube_config};
 use stack_tests::env::rbac_manifest::{self, RbacManifest};
 use stack_tests::env::{TestEnv, TestNamespace};

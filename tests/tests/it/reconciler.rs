@@ -12,9 +12,10 @@ use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
-use stack_core::ObservedState;
-use stack_core::{BatchDeleteJob, JobStatus, MANAGED_BY_LABEL, MANAGED_BY_VALUE, StackId, StackStatus, new_job_id};
-use stack_core::{LEASE_NAME, Summary};
+use stack_core::{
+    BatchDeleteJob, JobStatus, LEASE_NAME, MANAGED_BY_LABEL, MANAGED_BY_VALUE, ObservedState, StackId, StackStatus,
+    Summary, new_job_id,
+};
 use stack_tests::api::{ApiHarness, WEB_POD, listed_ids};
 use stack_tests::env::{SimulatedNode, nodes, unique_name};
 use stack_tests::reconciler::{

@@ -10,9 +10,9 @@ use http::Method;
 use jiff::{SignedDuration, Timestamp};
 use serde_json::json;
 use stack_core::{
-    IdempotencyClaim, ListCursor, MAX_ITEM_BYTES, Manifest, Store, StoreError, StoredManifest, UnstorableManifest,
+    IdempotencyClaim, ListCursor, MAX_ITEM_BYTES, Manifest, ObservedState, StackId, StackStatus, StackUsage, Store,
+    StoreError, StoredManifest, UnstorableManifest,
 };
-use stack_core::{ObservedState, StackId, StackStatus, StackUsage};
 use stack_tests::api::{ApiHarness, Reply, listed_ids};
 use stack_tests::env::{TableDefinition, TestEnv, TestTable};
 use stack_tests::manifests::{noise, put_plain_manifest};

@@ -1,4 +1,4 @@
-use stack_core::BATCH_JOB_BUDGET;
+use stack_core::{BATCH_JOB_BUDGET, BatchDeleteJob, JobError, JobStatus, Principal};
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -7,8 +7,6 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde::Serialize;
 use serde_json::{Value, json};
-use stack_core::Principal;
-use stack_core::{BatchDeleteJob, JobError, JobStatus};
 
 use crate::error::ApiError;
 use crate::state::AppState;

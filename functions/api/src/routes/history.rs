@@ -5,8 +5,7 @@ use axum::extract::State;
 use axum::{Extension, Json};
 use jiff::{SignedDuration, Timestamp};
 use serde::Serialize;
-use stack_core::{PassSnapshot, RefusalMinute};
-use stack_core::{Principal, Scope};
+use stack_core::{PassSnapshot, Principal, RefusalMinute, Scope};
 
 use crate::error::ApiError;
 use crate::state::AppState;

@@ -4,8 +4,7 @@
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::{Extension, Json};
-use stack_core::Forecast;
-use stack_core::Principal;
+use stack_core::{Forecast, Principal};
 
 use crate::error::ApiError;
 use crate::state::AppState;

@@ -5,10 +5,7 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde_json::json;
 use sha2::{Digest, Sha256};
-use stack_core::ListCursor;
-use stack_core::Principal;
-use stack_core::{CreateOutcome, CreateRequest};
-use stack_core::{StackId, StackRecord};
+use stack_core::{CreateOutcome, CreateRequest, ListCursor, Principal, StackId, StackRecord};
 
 use crate::error::ApiError;
 use crate::request_log::LoggedStackId;
