@@ -305,6 +305,9 @@ impl Config {
         if self.ttl.is_zero() {
             problems.push("STACK_TTL: must be positive".into());
         }
+        if self.max_lifetime.is_zero() {
+            problems.push("STACK_MAX_LIFETIME: must be positive".into());
+        }
         if self.ttl > self.max_lifetime {
             problems.push("STACK_TTL: must not exceed STACK_MAX_LIFETIME".into());
         }
@@ -373,6 +376,11 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
 
     fn parse<T>(&mut self, name: &str, default: T, parse: impl Fn(&str) -> Result<T, String>) -> T {
         self.parse_opt(name, parse).unwrap_or(default)
+    }
+
+    /// A comma-separated list (`a, b,c`), if set.
+    fn list(&self, name: &str) -> Option<Vec<String>> {
+        self.string(name).map(|v| split_list(&v))
     }
 
     fn parse_opt<T>(&mut self, name: &str, parse: impl Fn(&str) -> Result<T, String>) -> Option<T> {

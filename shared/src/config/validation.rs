@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::hardening::{self, DropCapabilities, NodeTaint};
 use super::{
     DEFAULT_ANNOTATION_ALLOWLIST, DEFAULT_LABEL_ALLOWLIST, PodLimits, Reader, parse_at_least_one, parse_bool,
-    parse_positive, split_list, to_strings,
+    parse_positive, to_strings,
 };
 use crate::quantity;
 
@@ -65,14 +65,11 @@ impl ValidationPolicy {
         let ephemeral_storage_limit = env.parse("STACK_EPHEMERAL_STORAGE_LIMIT", 1 << 30, |v| {
             quantity::parse_bytes(v).map_err(|err| err.to_string())
         });
-        // Rounded up so a sub-second lifetime still gives the pod a positive deadline.
+        // Rounded up so a sub-second lifetime still gives the pod a positive deadline (a zero
+        // lifetime is refused with the other checks of `STACK_MAX_LIFETIME`).
         let max_lifetime_secs = i64::try_from(max_lifetime.as_secs())
             .unwrap_or(i64::MAX)
             .saturating_add(i64::from(max_lifetime.subsec_nanos() > 0));
-        if max_lifetime_secs <= 0 {
-            env.problems.push("STACK_MAX_LIFETIME: must be positive".into());
-        }
-        let list = |env: &Reader<'_, F>, name: &str| env.string(name).map(|v| split_list(&v)).unwrap_or_default();
         Self {
             namespace: env.string("STACK_NAMESPACE").unwrap_or_else(|| "stacks".into()),
             node_role: env.string("STACK_NODE_ROLE").unwrap_or_else(|| "stack".into()),
@@ -80,7 +77,7 @@ impl ValidationPolicy {
             max_cpu_milli: env.parse_opt("STACK_MAX_CPU_MILLI", parse_positive),
             max_memory_bytes: env.parse_opt("STACK_MAX_MEMORY_BYTES", parse_positive),
             ephemeral_storage_limit,
-            image_allowlist: list(env, "STACK_IMAGE_ALLOWLIST"),
+            image_allowlist: env.list("STACK_IMAGE_ALLOWLIST").unwrap_or_default(),
             runtime_class: env.string("STACK_RUNTIME_CLASS"),
             user_namespaces: env.parse("STACK_USER_NAMESPACES", false, parse_bool),
             isolation_check_image: env.string("STACK_ISOLATION_CHECK_IMAGE"),
@@ -95,16 +92,14 @@ impl ValidationPolicy {
                 hardening::parse_add_back,
             ),
             node_taint: env.parse_opt("STACK_NODE_TAINT", hardening::parse_node_taint),
-            shared_config_maps: list(env, "STACK_SHARED_CONFIGMAPS"),
-            shared_secrets: list(env, "STACK_SHARED_SECRETS"),
-            image_pull_secrets: list(env, "STACK_IMAGE_PULL_SECRETS"),
+            shared_config_maps: env.list("STACK_SHARED_CONFIGMAPS").unwrap_or_default(),
+            shared_secrets: env.list("STACK_SHARED_SECRETS").unwrap_or_default(),
+            image_pull_secrets: env.list("STACK_IMAGE_PULL_SECRETS").unwrap_or_default(),
             label_allowlist: env
-                .string("STACK_LABEL_ALLOWLIST")
-                .map(|v| split_list(&v))
+                .list("STACK_LABEL_ALLOWLIST")
                 .unwrap_or_else(|| to_strings(DEFAULT_LABEL_ALLOWLIST)),
             annotation_allowlist: env
-                .string("STACK_ANNOTATION_ALLOWLIST")
-                .map(|v| split_list(&v))
+                .list("STACK_ANNOTATION_ALLOWLIST")
                 .unwrap_or_else(|| to_strings(DEFAULT_ANNOTATION_ALLOWLIST)),
             pod_limits: PodLimits {
                 containers: env.parse(
