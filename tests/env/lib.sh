@@ -188,6 +188,9 @@ export STACK_ENV_EKS_TIER='${EKS_TIER:-unknown}'
 # private registry through.
 export STACK_ENV_REGISTRY='$HOST_IP:$REGISTRY_PORT'
 export STACK_IMAGE_ALLOWLIST='$HOST_IP:$REGISTRY_PORT/'
+# Where a benchmark serves the same registry slowly (its own throttled proxy, bench-startgun);
+# the nodes pull from it over plain HTTP.
+export STACK_ENV_SLOW_REGISTRY='${SLOW_REGISTRY_PORT:+$HOST_IP:$SLOW_REGISTRY_PORT}'
 # Participants connect from this machine, a private address the stacks' isolation lets in only
 # when told (as an operator tells it an on-site network).
 export STACK_ALLOW_INGRESS_CIDRS='$HOST_IP/32'

@@ -230,13 +230,18 @@ write_node_config() {
     name="$(node_name "$i")"
     root="$(node_root "$name")"
     ip="$(node_ip "$i")"
-    mkdir -p "$root"/{containerd,containerd-state,kubelet,pod-logs,cni-conf,cni-ipam,certs.d/"$REGISTRY"}
-    # The local registry speaks plain HTTP: the way containerd is told so for one registry.
-    cat >"$root/certs.d/$REGISTRY/hosts.toml" <<TOML
-server = "http://$REGISTRY"
-[host."http://$REGISTRY"]
+    mkdir -p "$root"/{containerd,containerd-state,kubelet,pod-logs,cni-conf,cni-ipam}
+    # The local registry speaks plain HTTP: the way containerd is told so for one registry. The
+    # slow one (a benchmark's throttled proxy in front of it, STACK_ENV_SLOW_REGISTRY) too.
+    local registry
+    for registry in "$REGISTRY" ${SLOW_REGISTRY:+"$SLOW_REGISTRY"}; do
+        mkdir -p "$root/certs.d/$registry"
+        cat >"$root/certs.d/$registry/hosts.toml" <<TOML
+server = "http://$registry"
+[host."http://$registry"]
   capabilities = ["pull", "resolve"]
 TOML
+    done
     # EKS's nodeadm config (version 3) with what this machine needs: cgroupfs (no systemd),
     # restrict_oom_score_adj (no CAP_SYS_RESOURCE here), its own paths everywhere (pod network
     # namespaces and runc's state included, so that down finds them), no NRI or CDI (they

@@ -18,3 +18,4 @@ pub mod proc_status;
 pub mod reconciler;
 pub mod stalling_proxy;
 pub mod tenants;
+pub mod throttled_registry;

@@ -14,6 +14,7 @@ const SECRET_ACCESS_KEY: &str = "AWS_SECRET_ACCESS_KEY";
 const TABLE: &str = "DDB_STACK_TABLE";
 const STATE_DIR: &str = "STACK_ENV_STATE_DIR";
 const REGISTRY: &str = "STACK_ENV_REGISTRY";
+const SLOW_REGISTRY: &str = "STACK_ENV_SLOW_REGISTRY";
 const REAL_NODES: &str = "STACK_ENV_REAL_NODES";
 const INTERNET_HOST: &str = "STACK_ENV_INTERNET_HOST";
 
@@ -31,6 +32,9 @@ pub struct EnvSettings {
     pub state_dir: Option<PathBuf>,
     /// `host:port` of the registry the real nodes pull from (`images/README.md`), if any.
     pub registry: Option<String>,
+    /// `host:port` where a benchmark may serve that registry slowly: the nodes pull from it over
+    /// plain HTTP (`stack_tests::throttled_registry` listens there), if any.
+    pub slow_registry: Option<String>,
     /// How many real nodes (`role=stack`) `up` started.
     pub real_nodes: usize,
     /// A public address of this machine the real nodes' pods reach as the internet, if any.
@@ -74,6 +78,7 @@ impl EnvSettings {
                 .unwrap_or_else(|| "stacks".to_owned()),
             state_dir: lookup(STATE_DIR).filter(|v| !v.trim().is_empty()).map(PathBuf::from),
             registry: lookup(REGISTRY).filter(|v| !v.trim().is_empty()),
+            slow_registry: lookup(SLOW_REGISTRY).filter(|v| !v.trim().is_empty()),
             real_nodes: lookup(REAL_NODES).and_then(|v| v.trim().parse().ok()).unwrap_or(0),
             internet_host: lookup(INTERNET_HOST).filter(|v| !v.trim().is_empty()),
         })
