@@ -12,6 +12,7 @@ pub mod env;
 pub mod lambda;
 pub mod latency;
 pub mod manifests;
+pub mod node_cpu;
 pub mod participant;
 pub mod pass_process;
 pub mod proc_status;

@@ -24,11 +24,10 @@ use serde_json::{Value, json};
 use stack_tests::api_process::{ApiClient, ApiProcess};
 use stack_tests::bench_fixture::BenchFixture;
 use stack_tests::challenges::Challenge;
-use stack_tests::env::processes::Component;
 use stack_tests::env::{TestEnv, real_nodes, unique_name};
 use stack_tests::latency::percentile;
+use stack_tests::node_cpu::{CpuUse, shim_cpu};
 use stack_tests::participant::{address_of, read_all};
-use stack_tests::proc_status::cpu_time;
 
 const API_KEY: &str = "bench-connect-key";
 /// How long a stack may take before it counts as still `creating` past its start deadline
@@ -168,7 +167,7 @@ async fn run(env: &TestEnv, options: &Options, registry: &str, fixture: &mut Ben
     );
     for _ in 0..options.rounds {
         let mut sequential = Vec::new();
-        let cpu = CpuUse::now(env, api.pid());
+        let cpu = CpuUse::now(&env.settings, api.pid());
         for _ in 0..options.sequential {
             let outcomes = burst(&client, options, registry, 1).await;
             delete_all(&client, &outcomes).await;
@@ -177,14 +176,17 @@ async fn run(env: &TestEnv, options: &Options, registry: &str, fixture: &mut Ben
         }
         if !sequential.is_empty() {
             report(&format!("1 at a time x{}", options.sequential), &sequential);
-            cpu.print_per_pod(env, sequential.len());
+            println!(
+                "    CPU ms per started pod: {}",
+                cpu.per_pod(sequential.len(), Duration::ZERO)
+            );
         }
         for &n in options.bursts.iter().filter(|&&n| n > 1) {
-            let cpu = CpuUse::now(env, api.pid());
+            let cpu = CpuUse::now(&env.settings, api.pid());
             let outcomes = burst(&client, options, registry, n).await;
             let shims = shim_cpu();
             report(&format!("{n} at once"), &outcomes);
-            cpu.print_per_pod_with(env, outcomes.len(), shims);
+            println!("    CPU ms per started pod: {}", cpu.per_pod(outcomes.len(), shims));
             delete_all(&client, &outcomes).await;
             // The next burst starts on quiet nodes, their CPU requests free again.
             wait_no_pods(env, &namespace).await;
@@ -313,83 +315,4 @@ fn report(label: &str, outcomes: &[Outcome]) {
     for failure in failed.iter().take(3) {
         println!("    failed: {failure}");
     }
-}
-
-/// CPU time each component of the create path has used so far.
-struct CpuUse(Vec<(String, u32, Duration)>);
-
-impl CpuUse {
-    fn now(env: &TestEnv, api_pid: u32) -> Self {
-        let mut processes = vec![("stack-api".to_owned(), api_pid)];
-        processes.extend(
-            Component::find(&env.settings, "kube-apiserver")
-                .ok()
-                .map(|c| ("kube-apiserver".to_owned(), c.pid())),
-        );
-        for node in 1..=env.settings.real_nodes {
-            for part in ["kubelet", "containerd"] {
-                let name = format!("{}-{part}", real_nodes::node_name(node));
-                if let Ok(component) = Component::find(&env.settings, &name) {
-                    processes.push((part.to_owned(), component.pid()));
-                }
-            }
-        }
-        Self(
-            processes
-                .into_iter()
-                .map(|(name, pid)| (name, pid, cpu_time(pid).unwrap_or_default()))
-                .collect(),
-        )
-    }
-
-    fn print_per_pod(&self, env: &TestEnv, pods: usize) {
-        self.print_per_pod_with(env, pods, Duration::ZERO);
-    }
-
-    /// CPU ms per started pod by component, the nodes' components summed; `shims`: what the
-    /// pods' containerd shims (with the runc processes they ran) used.
-    fn print_per_pod_with(&self, _env: &TestEnv, pods: usize, shims: Duration) {
-        let mut by_part: Vec<(String, Duration)> = Vec::new();
-        for (name, pid, before) in &self.0 {
-            let spent = cpu_time(*pid).unwrap_or(*before).saturating_sub(*before);
-            match by_part.iter_mut().find(|(n, _)| n == name) {
-                Some((_, total)) => *total += spent,
-                None => by_part.push((name.clone(), spent)),
-            }
-        }
-        if shims > Duration::ZERO {
-            by_part.push(("shims+runc".to_owned(), shims));
-        }
-        let per_pod = |d: Duration| d.as_secs_f64() * 1000.0 / pods.max(1) as f64;
-        let parts: Vec<String> = by_part
-            .iter()
-            .map(|(name, spent)| format!("{name} {:.0}", per_pod(*spent)))
-            .collect();
-        println!("    CPU ms per started pod: {}", parts.join(", "));
-    }
-}
-
-/// CPU of every containerd shim running now, with the children it reaped (runc).
-fn shim_cpu() -> Duration {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Duration::ZERO;
-    };
-    entries
-        .filter_map(Result::ok)
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| String::from_utf8_lossy(&c).contains("containerd-shim-runc-v2"))
-        })
-        .filter_map(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            let fields: Vec<u64> = stat[stat.rfind(')')? + 2..]
-                .split_whitespace()
-                .skip(11)
-                .take(4)
-                .filter_map(|f| f.parse().ok())
-                .collect();
-            Some(Duration::from_millis(fields.iter().sum::<u64>() * 10))
-        })
-        .sum()
 }
