@@ -233,7 +233,7 @@ mod tests {
             let (mut socket, _) = upstream.accept().await.unwrap();
             let mut request = [0u8; 1];
             socket.read_exact(&mut request).await.unwrap();
-            socket.write_all(&vec![7u8; 400_000]).await.unwrap();
+            socket.write_all(&vec![7u8; 1_000_000]).await.unwrap();
         });
         let throttle = Throttle {
             per_connection: Some(2_000_000),
@@ -249,10 +249,11 @@ mod tests {
         let mut body = Vec::new();
         client.read_to_end(&mut body).await.unwrap();
         let took = started.elapsed();
-        assert_eq!(body.len(), 400_000);
-        // 0.2 s of bandwidth plus 0.1 s of latency (connection and request).
-        assert!(took >= Duration::from_millis(280), "{took:?}");
-        assert!(took < Duration::from_millis(800), "{took:?}");
-        assert_eq!(registry.traffic(), (1, 400_000));
+        assert_eq!(body.len(), 1_000_000);
+        // 0.5 s of bandwidth less at most 0.1 s of burst saved while idle, plus 0.1 s of latency
+        // (connection and request).
+        assert!(took >= Duration::from_millis(480), "{took:?}");
+        assert!(took < Duration::from_millis(1200), "{took:?}");
+        assert_eq!(registry.traffic(), (1, 1_000_000));
     }
 }
