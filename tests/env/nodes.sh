@@ -97,28 +97,36 @@ release_slot() {
 
 # The bridge on the host and one namespace + veth per node, with routes to every pod subnet.
 net_up() {
-    local br i j ns veth
+    local br i
     br="$(bridge_name)"
     ip link add "$br" type bridge
     ip addr add "$HOST_IP/24" dev "$br"
     ip addr add "$(internet_host)/32" dev "$br"
     ip link set "$br" up
     for ((i = 1; i <= $(real_node_count); i++)); do
-        ns="$(node_netns "$(node_name "$i")")"
-        veth="stk${SLOT}v$i"
-        ip netns add "$ns"
-        ip -n "$ns" link set lo up
-        ip link add "$veth" type veth peer name eth0 netns "$ns"
-        ip link set "$veth" master "$br" up
-        ip -n "$ns" addr add "$(node_ip "$i")/24" dev eth0
-        ip -n "$ns" link set eth0 up
-        ip -n "$ns" route add default via "$HOST_IP"
-        # The cloud's metadata address, answered on the node (see start_metadata).
-        ip -n "$ns" addr add 169.254.169.254/32 dev lo
-        ip route add "$(node_pod_cidr "$i")" via "$(node_ip "$i")"
-        for ((j = 1; j <= $(real_node_count); j++)); do
-            ((j == i)) || ip -n "$ns" route add "$(node_pod_cidr "$j")" via "$(node_ip "$j")"
-        done
+        net_add_node "$i"
+    done
+}
+
+# net_add_node <i>: node i's namespace on the bridge, routes between its pod subnet and those
+# of nodes 1..i-1 (both ways) and from the host. Also how a node joins at runtime (add-node).
+net_add_node() {
+    local i="$1" j ns veth
+    ns="$(node_netns "$(node_name "$i")")"
+    veth="stk${SLOT}v$i"
+    ip netns add "$ns"
+    ip -n "$ns" link set lo up
+    ip link add "$veth" type veth peer name eth0 netns "$ns"
+    ip link set "$veth" master "$(bridge_name)" up
+    ip -n "$ns" addr add "$(node_ip "$i")/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    ip -n "$ns" route add default via "$HOST_IP"
+    # The cloud's metadata address, answered on the node (see start_metadata).
+    ip -n "$ns" addr add 169.254.169.254/32 dev lo
+    ip route add "$(node_pod_cidr "$i")" via "$(node_ip "$i")"
+    for ((j = 1; j < i; j++)); do
+        ip -n "$ns" route add "$(node_pod_cidr "$j")" via "$(node_ip "$j")"
+        ip -n "$(node_netns "$(node_name "$j")")" route add "$(node_pod_cidr "$i")" via "$(node_ip "$i")"
     done
 }
 
@@ -355,6 +363,13 @@ serializeImagePulls: false
 # exhausts its own pods' PIDs, not the node's.
 podPidsLimit: 1024
 YAML
+    # A node joining during an event (add-node) registers with a startup taint, as Karpenter's
+    # startupTaints or a node group's taints put it: NODE_TAINT, key=value:Effect.
+    if [[ -n "${NODE_TAINT:-}" ]]; then
+        local key="${NODE_TAINT%%=*}" rest="${NODE_TAINT#*=}"
+        printf 'registerWithTaints:\n  - { key: %s, value: "%s", effect: %s }\n' \
+            "$key" "${rest%%:*}" "${rest##*:}" >>"$root/kubelet.yaml"
+    fi
     # kube-proxy in iptables mode, EKS's default; minSyncPeriod 0s applies an endpoint change
     # at once (upstream's default is 1s); conntrack limits are left alone (they are the
     # host's), its ports live in the node's namespace.

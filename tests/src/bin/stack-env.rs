@@ -6,6 +6,7 @@
 //! stack-env bootstrap-nodes       # the default simulated nodes, waited until a stack pod schedules
 //! stack-env admission-policy      # functions/kubernetes-rbac.yaml's admission policies, waited until enforced
 //! stack-env init-real-nodes       # the real nodes given addresses (as EKS's cloud controller does), Ready, running a pod
+//! stack-env init-joining-node <name> # a node that joins at runtime (tests/env/add-node) given its address, Ready
 //! stack-env cluster-dns <ip>      # CoreDNS on the real nodes behind the kube-dns Service at <ip>, waited until Ready
 //! stack-env lambda-bootstraps     # sam build's bootstraps present and newer than the sources (else exit 1)
 //! stack-env invoke <api|reconciler> <event.json> [Parameter=Value...]
@@ -25,7 +26,7 @@ use stack_tests::env::{
 use stack_tests::lambda::artifacts::Bootstraps;
 use stack_tests::lambda::{Gateway, LambdaError, LambdaFunction, LocalFunction, local_gateway};
 
-const USAGE: &str = "usage: stack-env create-table <name> | stack-env bootstrap-nodes | stack-env admission-policy | stack-env init-real-nodes | stack-env cluster-dns <service-ip> | stack-env lambda-bootstraps | stack-env invoke <api|reconciler> <event.json> [Parameter=Value...] | stack-env lambda-gateway <port> [Parameter=Value...]";
+const USAGE: &str = "usage: stack-env create-table <name> | stack-env bootstrap-nodes | stack-env admission-policy | stack-env init-real-nodes | stack-env init-joining-node <name> | stack-env cluster-dns <service-ip> | stack-env lambda-bootstraps | stack-env invoke <api|reconciler> <event.json> [Parameter=Value...] | stack-env lambda-gateway <port> [Parameter=Value...]";
 
 #[derive(Debug, thiserror::Error)]
 enum ToolError {
@@ -52,6 +53,7 @@ async fn main() -> ExitCode {
         ["bootstrap-nodes"] => run_bootstrap_nodes().await.map_err(ToolError::from),
         ["admission-policy"] => run_admission_policy().await.map_err(ToolError::from),
         ["init-real-nodes"] => run_init_real_nodes().await.map_err(ToolError::from),
+        ["init-joining-node", name] => run_init_joining_node(name).await.map_err(ToolError::from),
         ["cluster-dns", service_ip] => run_cluster_dns(service_ip).await.map_err(ToolError::from),
         ["lambda-bootstraps"] => check_bootstraps().map_err(ToolError::from),
         ["lambda-gateway", port, parameters @ ..] => serve_gateway(port, parameters).await,
@@ -113,6 +115,24 @@ async fn run_admission_policy() -> Result<(), EnvError> {
         rbac_manifest::POLICY_NAME,
         rbac_manifest::HARDENING_POLICY_NAME,
         rbac_manifest::rbac_manifest_path().display()
+    );
+    Ok(())
+}
+
+/// A node joining at runtime keeps its startup taint, so no probe pod runs on it.
+async fn run_init_joining_node(name: &str) -> Result<(), EnvError> {
+    let settings = EnvSettings::load()?;
+    let client = kube_client(&settings).await?;
+    let node = real_nodes::init_joining(&client, name).await?;
+    eprintln!(
+        "stack-env: node {name} joined, Ready (address {}), taints {:?}",
+        stack_core::node_external_ip(&node).unwrap_or_default(),
+        node.spec
+            .and_then(|s| s.taints)
+            .unwrap_or_default()
+            .iter()
+            .map(|t| format!("{}={}:{}", t.key, t.value.as_deref().unwrap_or_default(), t.effect))
+            .collect::<Vec<_>>()
     );
     Ok(())
 }
