@@ -122,6 +122,8 @@ struct Outcome {
     connected: Option<Duration>,
     /// Connections refused after the status said `running`.
     refused_after_running: usize,
+    /// What the first of them met (refused, timed out, answered without the flag).
+    first_refusal: Option<String>,
     failed: Option<String>,
     creating_past_deadline: bool,
 }
@@ -429,7 +431,7 @@ impl Bench<'_> {
             .filter(|o| o.connected.is_some())
             .max_by_key(|o| o.connected)
         {
-            println!("    slowest: {}", self.explain(slowest, &pulls));
+            println!("    slowest: {}", self.explain(slowest, &pulls).await);
         }
         self.end(&outcomes).await;
         p99
@@ -515,6 +517,28 @@ impl Bench<'_> {
     /// image garbage collection does), and checks they are gone.
     async fn remove_images(&self) -> Result<(), String> {
         for index in 1..=self.env.settings.real_nodes {
+            // The exited containers of deleted pods (the kubelet collects them within a minute)
+            // hold their image's layers as snapshots: a pull would find them unpacked and fetch
+            // nothing. Gone with their sandboxes, the image's removal removes its layers.
+            let listed = |args: &[&str]| -> Result<Vec<String>, String> {
+                let output = self.crictl(index, args)?;
+                Ok(String::from_utf8_lossy(&output.stdout)
+                    .split_whitespace()
+                    .map(str::to_owned)
+                    .collect())
+            };
+            let exited = listed(&["ps", "-a", "--state", "exited", "-q"])?;
+            if !exited.is_empty() {
+                let mut args = vec!["rm"];
+                args.extend(exited.iter().map(String::as_str));
+                self.crictl(index, &args)?;
+            }
+            let stopped = listed(&["pods", "--state", "notready", "-q"])?;
+            if !stopped.is_empty() {
+                let mut args = vec!["rmp"];
+                args.extend(stopped.iter().map(String::as_str));
+                self.crictl(index, &args)?;
+            }
             for image in &self.images {
                 self.crictl(index, &["rmi", image])?;
                 if self.crictl(index, &["inspecti", image])?.status.success() {
@@ -662,7 +686,7 @@ impl Bench<'_> {
             .filter(|o| o.connected.is_some())
             .max_by_key(|o| o.connected)
         {
-            println!("    slowest: {}", self.explain(slowest, &pulls));
+            println!("    slowest: {}", self.explain(slowest, &pulls).await);
         }
         self.end(&outcomes).await;
         Ok(())
@@ -688,10 +712,20 @@ impl Bench<'_> {
             if !challenge(message) {
                 continue;
             }
+            let time = event
+                .first_timestamp
+                .map(|t| t.0)
+                .or_else(|| event.event_time.map(|t| t.0));
             let pull = pulls.entry(pod).or_default();
             match reason {
-                "Pulling" => pull.pulled = true,
-                "Pulled" => pull.message = Some(message.to_owned()),
+                "Pulling" => {
+                    pull.pulled = true;
+                    pull.pulling_at = time;
+                }
+                "Pulled" => {
+                    pull.message = Some(message.to_owned());
+                    pull.pulled_at = time;
+                }
                 _ => {}
             }
         }
@@ -699,7 +733,7 @@ impl Bench<'_> {
     }
 
     /// The slowest participant: who, where, and what it waited for.
-    fn explain(&self, outcome: &Outcome, pulls: &HashMap<String, Pull>) -> String {
+    async fn explain(&self, outcome: &Outcome, pulls: &HashMap<String, Pull>) -> String {
         let seconds = |d: Option<Duration>| d.map_or("-".to_owned(), |d| format!("{:.2} s", d.as_secs_f64()));
         let id = outcome.stack_id.as_deref().unwrap_or("-");
         // A node that joined during the run is not in the map: its address stands for it.
@@ -712,15 +746,49 @@ impl Bench<'_> {
             Some(Pull {
                 pulled: true,
                 message: Some(message),
+                ..
             }) => format!("its image pull: {}", after_image(message)),
             Some(Pull { pulled: true, .. }) => "its image pull (no Pulled event yet)".to_owned(),
             _ => "no pull (image present): the start itself".to_owned(),
         };
         format!(
-            "{id} ({image}) on {node}: running at {}, connected at {}; waited for {waited}",
+            "{id} ({image}) on {node}: running at {}, connected at {}; waited for {waited}; {}",
             seconds(outcome.running),
-            seconds(outcome.connected)
+            seconds(outcome.connected),
+            self.timeline(id, pulls.get(id)).await
         )
+    }
+
+    /// The pod's steps as the cluster recorded them (whole seconds), from its creation: when it
+    /// was scheduled, its isolation check (the init containers) done, its image pulled, Ready.
+    async fn timeline(&self, id: &str, pull: Option<&Pull>) -> String {
+        let pods: Api<Pod> = Api::namespaced(self.env.kube.clone(), &self.namespace);
+        let Ok(Some(pod)) = pods.get_opt(id).await else {
+            return "pod gone".to_owned();
+        };
+        let Some(created) = pod.metadata.creation_timestamp.as_ref().map(|t| t.0) else {
+            return "pod without a creation time".to_owned();
+        };
+        let at = |t: jiff::Timestamp| format!("+{:.0} s", t.duration_since(created).as_secs_f64());
+        let mut steps: Vec<(jiff::Timestamp, String)> = Vec::new();
+        for condition in pod.status.iter().flat_map(|s| s.conditions.iter().flatten()) {
+            let what = match condition.type_.as_str() {
+                "PodScheduled" => "scheduled",
+                "Initialized" => "isolation check done",
+                "Ready" => "Ready",
+                _ => continue,
+            };
+            if let (Some(time), "True") = (&condition.last_transition_time, condition.status.as_str()) {
+                steps.push((time.0, what.to_owned()));
+            }
+        }
+        if let Some(pull) = pull {
+            steps.extend(pull.pulling_at.map(|t| (t, "pull started".to_owned())));
+            steps.extend(pull.pulled_at.map(|t| (t, "pulled".to_owned())));
+        }
+        steps.sort();
+        let steps: Vec<String> = steps.into_iter().map(|(t, what)| format!("{what} {}", at(t))).collect();
+        format!("pod: {}", steps.join(", "))
     }
 }
 
@@ -779,6 +847,8 @@ struct Pull {
     /// The `Pulled` event's message (`Successfully pulled image "..." in 12.3s (20.1s
     /// including waiting). Image size: ...`).
     message: Option<String>,
+    pulling_at: Option<jiff::Timestamp>,
+    pulled_at: Option<jiff::Timestamp>,
 }
 
 /// The `Pulled` message from after the image's name: its durations and size.
@@ -834,7 +904,7 @@ async fn participant(
         outcome.failed = Some(format!("running without an address: {stack}"));
         return outcome;
     };
-    outcome.connected = connect(address, flag, &mut outcome.refused_after_running, start, deadline).await;
+    outcome.connected = connect(address, flag, &mut outcome, start, deadline).await;
     outcome
 }
 
@@ -842,15 +912,23 @@ async fn participant(
 async fn connect(
     address: SocketAddr,
     flag: &str,
-    refused: &mut usize,
+    outcome: &mut Outcome,
     start: Instant,
     deadline: Duration,
 ) -> Option<Duration> {
     while start.elapsed() < deadline * 2 {
-        match read_all(address).await {
+        let met = match read_all(address).await {
             Ok(said) if said.contains(flag) => return Some(start.elapsed()),
-            _ => *refused += 1,
-        }
+            Ok(said) => format!(
+                "answered without the flag: {:?}",
+                said.chars().take(60).collect::<String>()
+            ),
+            Err(e) => e.to_string(),
+        };
+        outcome.refused_after_running += 1;
+        outcome
+            .first_refusal
+            .get_or_insert_with(|| format!("{met} at {:.2} s", start.elapsed().as_secs_f64()));
         tokio::time::sleep(RETRY_CONNECT).await;
     }
     None
@@ -890,6 +968,17 @@ fn report(label: &str, outcomes: &[Outcome], pulled: usize) -> Option<Duration> 
     );
     for failure in failed.iter().take(3) {
         println!("    failed: {failure}");
+    }
+    for o in outcomes.iter().filter(|o| o.refused_after_running > 0).take(3) {
+        println!(
+            "    said running, then refused {} time(s): {} ({}), first: {}; connected at {}",
+            o.refused_after_running,
+            o.stack_id.as_deref().unwrap_or("-"),
+            o.node_ip.as_deref().unwrap_or("-"),
+            o.first_refusal.as_deref().unwrap_or("-"),
+            o.connected
+                .map_or("never".to_owned(), |d| format!("{:.2} s", d.as_secs_f64()))
+        );
     }
     (!connected.is_empty()).then(|| percentile(&connected, 99))
 }
