@@ -490,10 +490,16 @@ impl Bench<'_> {
             });
         futures::future::join_all(deletes).await;
         let pods: Api<Pod> = Api::namespaced(self.env.kube.clone(), &self.namespace);
-        let until = Instant::now() + Duration::from_secs(180);
-        while Instant::now() < until {
+        let until = Instant::now() + Duration::from_secs(300);
+        loop {
             match pods.list_metadata(&ListParams::default()).await {
                 Ok(list) if list.items.is_empty() => break,
+                left if Instant::now() > until => {
+                    // The next burst would find their CPU taken: say so.
+                    let left = left.map_or("some".to_owned(), |l| l.items.len().to_string());
+                    println!("    {left} pods still there 300 s after their deletes");
+                    break;
+                }
                 _ => tokio::time::sleep(Duration::from_millis(250)).await,
             }
         }
@@ -621,7 +627,10 @@ impl Bench<'_> {
             .await;
         let declared = matches!(prepull.status, Some(200..=202));
         let existing = real_nodes_list(self.env).await?.len();
-        let n = stacks + stacks / existing.max(1);
+        // What the nodes there are hold, whatever --stacks says, and one node's worth more:
+        // those stacks can only run on the joining node.
+        let room = room_on_real_nodes(self.env, &self.options.cpu).await?.max(stacks);
+        let n = room + room / existing.max(1);
         let name = real_nodes::node_name(existing + 1);
         println!(
             "    join: {n} stacks for {existing} nodes and {name}, joining now; images {}",
@@ -894,8 +903,14 @@ async fn participant(
         let status = client
             .call(Method::GET, &format!("/stacks/{id}/status"), None, None)
             .await;
-        if status.status == Some(200) {
-            stack = status.json;
+        match status.status {
+            Some(200) => stack = status.json,
+            // Removed under the participant (unschedulable past STACK_SCHEDULING_TIMEOUT).
+            Some(404) => {
+                outcome.failed = Some(format!("gone (404) while creating: {}", status.json));
+                return outcome;
+            }
+            _ => {}
         }
     }
     outcome.running = Some(start.elapsed());
