@@ -156,6 +156,9 @@ impl ApiHarness {
             ("STACK_NODE_ROLE".into(), SIMULATED_ROLE.into()),
             // No kube-proxy serves the simulated nodes.
             ("STACK_PROXY_SYNC".into(), "0s".into()),
+            // Each harness its own pre-pull, which keeps nothing unless its test declares it.
+            ("STACK_PREPULL_NAMESPACE".into(), prepull_namespace(&namespace)),
+            ("STACK_PREPULL_IN_USE".into(), "false".into()),
         ]);
         for (k, v) in overrides {
             vars.insert((*k).into(), (*v).into());
@@ -299,9 +302,11 @@ impl ApiHarness {
     /// Removes the harness's namespace (and so its pods and services) and table.
     pub async fn finish(self) {
         let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(self.env.kube.clone());
-        let _ = namespaces
-            .delete(&self.namespace, &kube::api::DeleteParams::background())
-            .await;
+        for namespace in [self.namespace.clone(), prepull_namespace(&self.namespace)] {
+            let _ = namespaces
+                .delete(&namespace, &kube::api::DeleteParams::background())
+                .await;
+        }
         let _ = self.table.delete().await;
     }
 
@@ -371,4 +376,9 @@ pub async fn kube_config(env: &TestEnv) -> kube::Config {
 
 fn managed() -> ListParams {
     ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"))
+}
+
+/// The pre-pull namespace of a test's stack namespace.
+pub fn prepull_namespace(namespace: &str) -> String {
+    format!("{namespace}-pp")
 }

@@ -16,6 +16,8 @@ use k8s_openapi::api::core::v1::{
 };
 
 use super::{Rejection, ValidationPolicy, security_context};
+use crate::config::NodeTaint;
+use crate::model::STARTUP_TAINT;
 
 /// Longest `terminationGracePeriodSeconds` accepted: a longer one would hold the pod (and its
 /// node port) long after the stack was deleted.
@@ -199,7 +201,7 @@ pub(super) fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rej
     if let Some(affinity) = affinity {
         check_affinity(affinity, &policy.node_role)?;
     }
-    let forced = policy.node_taint.as_ref().map(super::harden::toleration_of);
+    let forced = policy.node_taint.as_ref().map(NodeTaint::toleration);
     for (index, toleration) in tolerations.iter().flatten().enumerate() {
         // The one the provisioner adds (in the output of a previous validation) is replaced.
         if forced.as_ref() == Some(toleration) {
@@ -496,6 +498,12 @@ fn check_toleration(toleration: &Toleration, at: &str) -> Result<(), Rejection> 
         return Err(Rejection::forbidden_because(
             format!("{at}.key"),
             "cluster taints may not be tolerated",
+        ));
+    }
+    if key == STARTUP_TAINT {
+        return Err(Rejection::forbidden_because(
+            format!("{at}.key"),
+            "a node with this taint is still receiving the event's images",
         ));
     }
     if !matches!(effect.as_deref(), Some("NoSchedule" | "PreferNoSchedule")) {

@@ -41,8 +41,10 @@ impl PolicyHarness {
             .await
             .expect("namespace");
         let manifest = RbacManifest::load_for_namespace(namespace.name()).expect("rbac manifest");
-        let roles = manifest.objects::<Role>().expect("roles");
-        let bindings = manifest.objects::<RoleBinding>().expect("role bindings");
+        let roles = manifest.objects_in::<Role>(namespace.name()).expect("roles");
+        let bindings = manifest
+            .objects_in::<RoleBinding>(namespace.name())
+            .expect("role bindings");
         assert!(
             !roles.is_empty() && !bindings.is_empty(),
             "the manifest has a Role and a RoleBinding"

@@ -42,8 +42,9 @@ impl Granted {
         let mut labels = template
             .objects::<Namespace>()
             .expect("namespace")
-            .pop()
-            .expect("the manifest's Namespace")
+            .into_iter()
+            .find(|n| n.metadata.name.as_deref() == Some(rbac_manifest::DEFAULT_NAMESPACE))
+            .expect("the manifest's stack Namespace")
             .metadata
             .labels
             .unwrap_or_default();
@@ -57,15 +58,14 @@ impl Granted {
             .expect("namespace");
         let name = namespace.name().to_owned();
         let manifest = RbacManifest::load_for_namespace(&name).expect("rbac manifest");
-        rbac_manifest::apply(&namespace.api(), &manifest.objects::<Role>().expect("roles"))
+        let roles = manifest.objects_in::<Role>(&name).expect("roles");
+        rbac_manifest::apply(&namespace.api(), &roles)
             .await
             .expect("apply Role");
-        rbac_manifest::apply(
-            &namespace.api(),
-            &manifest.objects::<RoleBinding>().expect("role bindings"),
-        )
-        .await
-        .expect("apply RoleBinding");
+        let bindings = manifest.objects_in::<RoleBinding>(&name).expect("role bindings");
+        rbac_manifest::apply(&namespace.api(), &bindings)
+            .await
+            .expect("apply RoleBinding");
         let cluster_name = format!("stack-provisioner-{name}");
         let mut roles = manifest.objects::<ClusterRole>().expect("cluster roles");
         for role in &mut roles {
@@ -275,6 +275,8 @@ async fn verbs_the_functions_never_use_are_refused() {
         ("patch", "networking.k8s.io", "networkpolicies", false),
         ("get", core, "nodes", true),
         ("list", core, "nodes", true),
+        // The startup taint's removal.
+        ("patch", core, "nodes", true),
     ];
     let refused = [
         ("patch", core, "pods", false),
@@ -291,7 +293,6 @@ async fn verbs_the_functions_never_use_are_refused() {
         ("get", core, "secrets", false),
         ("create", core, "serviceaccounts", false),
         ("watch", core, "nodes", true),
-        ("patch", core, "nodes", true),
         ("create", core, "namespaces", true),
         ("patch", core, "namespaces", true),
     ];
