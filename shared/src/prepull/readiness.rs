@@ -129,7 +129,7 @@ fn summary(images: &[ImageReadiness], nodes: usize) -> String {
         .map(|i| i.image.as_str())
         .collect();
     if complete == images.len() {
-        return format!("go: all {} images on {nodes}/{nodes} nodes", images.len());
+        return format!("go: all {} on {nodes}/{nodes} nodes", count(images.len(), "image"));
     }
     let ready_everywhere = images
         .iter()
@@ -138,13 +138,21 @@ fn summary(images: &[ImageReadiness], nodes: usize) -> String {
         .min()
         .unwrap_or(0);
     let mut line = format!(
-        "no-go: {complete} of {} images on every node ({ready_everywhere}/{nodes} nodes hold the least pulled one)",
-        images.len()
+        "no-go: {complete} of {} on every node ({ready_everywhere}/{nodes} nodes hold the least pulled one)",
+        count(images.len(), "image")
     );
     if !failed.is_empty() {
         line.push_str(&format!("; cannot be pulled: {}", failed.join(", ")));
     }
     line
+}
+
+fn count(n: usize, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
 }
 
 /// Each (node, image) the pre-pull pods report; a node's best report wins (an old pod still
@@ -265,7 +273,7 @@ mod tests {
         assert_eq!(ready.images[0].pulling, ["n2", "n3"]);
         assert_eq!(ready.complete_nodes, images(&["n1"]));
         assert!(
-            ready.summary.starts_with("no-go: 0 of 1 images on every node"),
+            ready.summary.starts_with("no-go: 0 of 1 image on every node"),
             "{}",
             ready.summary
         );

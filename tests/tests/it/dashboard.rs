@@ -92,6 +92,17 @@ async fn dashboard_shows_what_the_api_shows_and_deletes_a_stack() {
         assert_eq!(reply.status, 201, "{}", reply.json);
         created.insert(plain(&reply.json["stack_id"]));
     }
+    // An image declared ahead of an event, on every (simulated) stack node.
+    let image = "registry.example.com/ctf/web:1";
+    let declared = api
+        .call(Method::PUT, "/prepull", Some(json!({"images": [image]})))
+        .await;
+    assert_eq!(declared.status, 200, "{}", declared.json);
+    let started = std::time::Instant::now();
+    while api.call(Method::GET, "/prepull", None).await.json["go"] != true {
+        assert!(started.elapsed() < PAGE_WAIT * 4, "the pre-pull never said go");
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
     let base = serve(api.router.clone()).await.expect("serve the API");
     let browser = Browser::start(1366, 1000).await.expect("browser");
 
@@ -128,6 +139,12 @@ async fn dashboard_shows_what_the_api_shows_and_deletes_a_stack() {
     assert_eq!(text(&browser, "#stat-ports").await, plain(&stats["used_node_ports"]));
     assert_eq!(stats["isolation"]["in_place"], true, "{}", stats["isolation"]);
     assert_eq!(text(&browser, "#stat-isolation").await, "in place");
+    assert_eq!(text(&browser, "#stat-images").await, "go");
+    assert_eq!(
+        text(&browser, "#images-summary").await,
+        plain(&stats["images"]["summary"])
+    );
+    assert_eq!(text(&browser, "#images tbody td").await, image);
     let listed: BTreeSet<String> = api.call(Method::GET, "/stacks", None).await.json["stacks"]
         .as_array()
         .expect("stacks")
