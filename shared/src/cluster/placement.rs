@@ -171,4 +171,22 @@ mod tests {
         assert_eq!(node_external_ip(&node).as_deref(), Some("203.0.113.7"));
         assert_eq!(node_external_ip(&Node::default()), None);
     }
+
+    #[test]
+    fn a_node_waiting_for_its_images_is_up_but_takes_no_stack() {
+        let mut node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n1", "labels": {"role": "stack"}},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        }))
+        .unwrap();
+        assert!(is_schedulable_stack_node(&node, "stack"));
+        node.spec.get_or_insert_default().taints = Some(vec![k8s_openapi::api::core::v1::Taint {
+            key: STARTUP_TAINT.into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        }]);
+        assert!(has_startup_taint(&node));
+        assert!(is_stack_node_up(&node, "stack"));
+        assert!(!is_schedulable_stack_node(&node, "stack"));
+    }
 }
