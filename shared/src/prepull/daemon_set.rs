@@ -238,7 +238,7 @@ mod tests {
         };
         let images: BTreeSet<String> = ["r/web:1".to_owned(), "r/pwn@sha256:ab".to_owned()].into();
         let mut state = PrepullState::default();
-        state.declare(images.clone());
+        state.declare("ctf", images.clone());
         let ds = blueprint.daemon_set(&images, &state);
         assert_eq!(images_of(&ds), images);
         assert_eq!(state_of(&ds), state);

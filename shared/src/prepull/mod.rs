@@ -19,13 +19,15 @@ use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
+use readiness::NodeImages;
 pub use readiness::{ImageReadiness, Readiness};
 pub use state::ImageFailure;
 
-use crate::cluster::{ClusterError, PrepullObjects, has_startup_taint, is_stack_node_up};
+use crate::cluster::{ClusterError, PrepullObjects, has_startup_taint, image_names, is_stack_node_up};
 use crate::config::{Config, PrepullPolicy};
+use crate::tenancy::Scope;
 use daemon_set::{Blueprint, images_of, state_of};
-use state::PrepullState;
+use state::{EVERY_TENANT, PrepullState};
 
 /// Read-modify-write attempts against a DaemonSet another function changes at the same time.
 const ATTEMPTS: usize = 3;
@@ -58,17 +60,37 @@ impl Prepull {
         }
     }
 
-    /// The operator's list replaces the declared one; the DaemonSet follows at once.
-    pub(crate) async fn declare(&self, images: BTreeSet<String>, nodes: &[Node]) -> Result<Readiness, ClusterError> {
-        let (state, pods) = self.update(|state, _| state.declare(images.clone())).await?;
-        Ok(self.report(&state, nodes, &pods).0)
+    /// The list of `scope` (a tenant, or every tenant's operators) replaces its previous one;
+    /// the DaemonSet follows at once.
+    pub(crate) async fn declare(
+        &self,
+        scope: &Scope,
+        images: BTreeSet<String>,
+        nodes: &[Node],
+    ) -> Result<Readiness, ClusterError> {
+        let who = declarer(scope);
+        let (state, pods) = self.update(|state, _| state.declare(who, images.clone())).await?;
+        Ok(self.report(&self.shown_to(scope, &state), &state, nodes, &pods).0)
     }
 
-    /// Where the wanted images stand on the stack nodes.
-    pub(crate) async fn readiness(&self, nodes: &[Node]) -> Result<Readiness, ClusterError> {
+    /// Where the images `scope` may see stand on the stack nodes: a tenant's key sees the
+    /// images its tenant declared (another tenant's challenges are not its business), a key of
+    /// every tenant sees every image kept.
+    pub(crate) async fn readiness(&self, scope: &Scope, nodes: &[Node]) -> Result<Readiness, ClusterError> {
         let (daemon_set, pods) = tokio::try_join!(self.objects.daemon_set(), self.objects.pods())?;
         let state = daemon_set.as_ref().map(state_of).unwrap_or_default();
-        Ok(self.report(&state, nodes, &pods).0)
+        Ok(self.report(&self.shown_to(scope, &state), &state, nodes, &pods).0)
+    }
+
+    fn shown_to(&self, scope: &Scope, state: &PrepullState) -> BTreeSet<String> {
+        match scope {
+            Scope::Tenant(tenant) => state.declared_by(tenant.as_str()),
+            Scope::All => self
+                .wanted(state)
+                .into_iter()
+                .chain(state.failed.keys().cloned())
+                .collect(),
+        }
     }
 
     /// A reconcile pass's share: records `in_use`, leaves out what failed, removes the
@@ -89,14 +111,14 @@ impl Prepull {
         let (state, pods) = self
             .update(|state, pods| {
                 state.observe(&in_use, now, keep);
-                let (_, failures) = self.report(state, nodes, pods);
+                let (_, failures) = self.report(&self.wanted(state), state, nodes, pods);
                 failed = failures.len();
                 for found in failures {
                     state.record_failure(&found.image, ImageFailure::new(&found.node, found.failure, now));
                 }
             })
             .await?;
-        let (readiness, _) = self.report(&state, nodes, &pods);
+        let (readiness, _) = self.report(&self.wanted(&state), &state, nodes, &pods);
         let mut untainted = Vec::new();
         for node in nodes.iter().filter(|n| has_startup_taint(n)) {
             let name = node.metadata.name.clone().unwrap_or_default();
@@ -123,13 +145,24 @@ impl Prepull {
         state.wanted(&self.policy.images)
     }
 
-    fn report(&self, state: &PrepullState, nodes: &[Node], pods: &[Pod]) -> (Readiness, Vec<readiness::NewFailure>) {
-        let up: Vec<String> = nodes
+    fn report(
+        &self,
+        shown: &BTreeSet<String>,
+        state: &PrepullState,
+        nodes: &[Node],
+        pods: &[Pod],
+    ) -> (Readiness, Vec<readiness::NewFailure>) {
+        let up: Vec<NodeImages> = nodes
             .iter()
             .filter(|n| is_stack_node_up(n, &self.node_role))
-            .filter_map(|n| n.metadata.name.clone())
+            .filter_map(|n| {
+                Some(NodeImages {
+                    name: n.metadata.name.clone()?,
+                    images: image_names(n),
+                })
+            })
             .collect();
-        readiness::readiness(&self.wanted(state), state, &up, pods)
+        readiness::readiness(shown, state, &up, pods)
     }
 
     /// Reads the DaemonSet and its pods, applies `change` to its state, and writes back what
@@ -158,7 +191,7 @@ impl Prepull {
         let wanted = self.wanted(state);
         // Failures are remembered while something is declared: a declared image that failed
         // is not tried again at the next pass.
-        if wanted.is_empty() && state.failed.is_empty() || wanted.is_empty() && state.declared.is_empty() {
+        if wanted.is_empty() && (state.failed.is_empty() || state.declared.is_empty()) {
             if existing.is_some() {
                 tracing::info!(
                     namespace = self.objects.namespace(),
@@ -179,5 +212,13 @@ impl Prepull {
             node_taint: self.node_taint.as_ref(),
         };
         self.objects.save(blueprint.daemon_set(&held, state), existing).await
+    }
+}
+
+/// Whose list a key declares: its tenant's, or the deployment's for a key of every tenant.
+fn declarer(scope: &Scope) -> &str {
+    match scope {
+        Scope::Tenant(tenant) => tenant.as_str(),
+        Scope::All => EVERY_TENANT,
     }
 }

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 
 use super::state::{ImageFailure, PrepullState};
-use crate::cluster::{ImagePull, image_pull};
+use crate::cluster::{ImagePull, holds_image, image_pull};
 use crate::model::Failure;
 
 /// The go/no-go of the images on the stack nodes.
@@ -41,6 +41,12 @@ pub struct ImageReadiness {
     pub failed: Option<ImageFailure>,
 }
 
+/// A stack node that is up, and the image names its kubelet lists.
+pub(crate) struct NodeImages {
+    pub name: String,
+    pub images: BTreeSet<String>,
+}
+
 /// A definite pull failure seen on a node this time.
 pub(crate) struct NewFailure {
     pub image: String,
@@ -48,66 +54,60 @@ pub(crate) struct NewFailure {
     pub failure: Failure,
 }
 
-/// Reads where each of `images` stands on each of `nodes`, from the pre-pull `pods`; images
-/// in `state.failed` are reported failed.
+/// Reads where each of `shown` stands on each of `nodes`, from the pre-pull `pods` and the
+/// images the kubelets list (an image stays on its node while a new pre-pull pod starts);
+/// images in `state.failed` are reported failed.
 pub(crate) fn readiness(
-    images: &BTreeSet<String>,
+    shown: &BTreeSet<String>,
     state: &PrepullState,
-    nodes: &[String],
+    nodes: &[NodeImages],
     pods: &[Pod],
 ) -> (Readiness, Vec<NewFailure>) {
     let pulls = pulls_by_node(pods);
     let mut new_failures = Vec::new();
-    let mut complete: BTreeSet<String> = nodes.iter().cloned().collect();
+    let mut complete: BTreeSet<String> = nodes.iter().map(|n| n.name.clone()).collect();
     let mut report = Vec::new();
-    for image in images.iter().filter(|i| !state.failed.contains_key(*i)) {
+    for image in shown {
         let mut entry = ImageReadiness {
             image: image.clone(),
             ready: 0,
             pulling: Vec::new(),
             retrying: None,
-            failed: None,
+            failed: state.failed.get(image).cloned(),
         };
-        for node in nodes {
-            match pulls.get(&(node.as_str(), image.as_str())) {
-                Some(ImagePull::Present) => entry.ready += 1,
-                Some(ImagePull::Failed(failure)) => {
-                    new_failures.push(NewFailure {
-                        image: image.clone(),
-                        node: node.clone(),
-                        failure: failure.clone(),
-                    });
-                    entry.pulling.push(node.clone());
-                    complete.remove(node);
-                }
+        if entry.failed.is_some() {
+            report.push(entry);
+            continue;
+        }
+        for NodeImages { name: node, images } in nodes {
+            let pull = pulls.get(&(node.as_str(), image.as_str()));
+            if matches!(pull, Some(ImagePull::Present)) || holds_image(images, image) {
+                entry.ready += 1;
+                continue;
+            }
+            match pull {
+                Some(ImagePull::Present) => {}
+                Some(ImagePull::Failed(failure)) => new_failures.push(NewFailure {
+                    image: image.clone(),
+                    node: node.clone(),
+                    failure: failure.clone(),
+                }),
                 Some(ImagePull::Retrying(failure)) => {
                     entry.retrying.get_or_insert_with(|| failure.message.clone());
-                    entry.pulling.push(node.clone());
-                    complete.remove(node);
                 }
-                Some(ImagePull::Pulling) | None => {
-                    entry.pulling.push(node.clone());
-                    complete.remove(node);
-                }
+                Some(ImagePull::Pulling) | None => {}
             }
+            entry.pulling.push(node.clone());
+            complete.remove(node);
         }
         report.push(entry);
     }
-    report.extend(state.failed.iter().map(|(image, failure)| ImageReadiness {
-        image: image.clone(),
-        ready: 0,
-        pulling: Vec::new(),
-        retrying: None,
-        failed: Some(failure.clone()),
-    }));
-    let go = new_failures.is_empty()
-        && state.failed.is_empty()
-        && report.iter().all(|i| i.ready == nodes.len())
-        && !nodes.is_empty();
-    let summary = summary(&report, nodes.len());
+    let go = !nodes.is_empty()
+        && new_failures.is_empty()
+        && report.iter().all(|i| i.failed.is_none() && i.ready == nodes.len());
     let readiness = Readiness {
         go,
-        summary,
+        summary: summary(&report, nodes.len()),
         nodes: nodes.len(),
         images: report,
         complete_nodes: complete,
@@ -242,13 +242,23 @@ mod tests {
         }
     }
 
+    fn up(names: &[&str]) -> Vec<NodeImages> {
+        names
+            .iter()
+            .map(|name| NodeImages {
+                name: (*name).to_owned(),
+                images: BTreeSet::new(),
+            })
+            .collect()
+    }
+
     fn images(list: &[&str]) -> BTreeSet<String> {
         list.iter().map(|s| (*s).to_owned()).collect()
     }
 
     #[test]
     fn every_image_on_every_node_is_go() {
-        let nodes = ["n1".to_owned(), "n2".to_owned()];
+        let nodes = up(&["n1", "n2"]);
         let pods = [
             pod("n1", &[("r/a:1", None), ("r/b:1", None)]),
             pod("n2", &[("r/a:1", None), ("r/b:1", None)]),
@@ -262,7 +272,7 @@ mod tests {
 
     #[test]
     fn a_node_still_pulling_or_without_its_pod_is_no_go_and_keeps_its_taint() {
-        let nodes = ["n1".to_owned(), "n2".to_owned(), "n3".to_owned()];
+        let nodes = up(&["n1", "n2", "n3"]);
         let pods = [
             pod("n1", &[("r/a:1", None)]),
             pod("n2", &[("r/a:1", Some(("ContainerCreating", "")))]),
@@ -281,7 +291,7 @@ mod tests {
 
     #[test]
     fn a_missing_tag_is_a_definite_failure_and_a_down_registry_is_retried() {
-        let nodes = ["n1".to_owned()];
+        let nodes = up(&["n1"]);
         let pods = [pod(
             "n1",
             &[
@@ -320,9 +330,9 @@ mod tests {
                 jiff::Timestamp::UNIX_EPOCH,
             ),
         );
-        let nodes = ["n1".to_owned()];
+        let nodes = up(&["n1"]);
         let pods = [pod("n1", &[("r/a:1", None)])];
-        let (ready, _) = readiness(&images(&["r/a:1"]), &state, &nodes, &pods);
+        let (ready, _) = readiness(&images(&["r/a:1", "r/gone:1"]), &state, &nodes, &pods);
         assert!(!ready.go);
         assert!(
             ready.summary.ends_with("cannot be pulled: r/gone:1"),
@@ -334,5 +344,14 @@ mod tests {
             images(&["n1"]),
             "a failed image does not hold the taint"
         );
+    }
+
+    #[test]
+    fn an_image_the_kubelet_lists_is_there_while_a_new_pod_starts() {
+        let mut nodes = up(&["n1"]);
+        nodes[0].images = images(&["r/a:1"]);
+        let pods = [pod("n1", &[("r/a:1", Some(("ContainerCreating", "")))])];
+        let (ready, _) = readiness(&images(&["r/a:1"]), &PrepullState::default(), &nodes, &pods);
+        assert!(ready.go, "{}", ready.summary);
     }
 }

@@ -276,7 +276,7 @@ impl Stacks {
             }
         };
         // The counts stay readable while these cannot be read; the dashboard says "unknown".
-        let (isolation, images) = tokio::join!(self.cluster.isolation(), self.prepull.readiness(&nodes));
+        let (isolation, images) = tokio::join!(self.cluster.isolation(), self.prepull.readiness(scope, &nodes));
         stats.isolation = isolation
             .inspect_err(|err| tracing::warn!(error = %err, "the isolation could not be checked for /stats"))
             .ok();

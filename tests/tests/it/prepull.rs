@@ -14,7 +14,10 @@ use serde_json::{Value, json};
 use stack_core::STARTUP_TAINT;
 use stack_tests::api::{ApiHarness, prepull_namespace};
 use stack_tests::env::real_nodes::{STACK_ROLE, image};
+use stack_tests::env::unique_name;
 use stack_tests::reconciler::TestReconciler;
+use stack_tests::registry_tags::retag;
+use stack_tests::tenants::{self, TestKey};
 
 /// Images already in the nodes' store are "pulled" in a moment; a few passes suffice.
 const SETTLE_BOUND: Duration = Duration::from_secs(90);
@@ -91,6 +94,12 @@ async fn declared_images_reach_every_stack_node_and_a_joining_node_is_released_o
         .await;
     assert_eq!(refused.status, 400, "{}", refused.json);
 
+    // A tag no node has pulled yet: it reaches the nodes through the pre-pull or not at all.
+    let fresh_tag = unique_name("pp");
+    retag(&registry, "stack-env/busybox", "1", &fresh_tag)
+        .await
+        .expect("tag a fresh image");
+    let fresh = format!("{registry}/stack-env/busybox:{fresh_tag}");
     let tcp = image(&registry, "tcp");
     let http = image(&registry, "http");
     // The sandbox image: a lone static binary, no shell, no sleep.
@@ -100,12 +109,13 @@ async fn declared_images_reach_every_stack_node_and_a_joining_node_is_released_o
         .call(
             Method::PUT,
             "/prepull",
-            Some(json!({"images": [tcp, http, pause, missing]})),
+            Some(json!({"images": [tcp, http, pause, fresh, missing]})),
         )
         .await;
     assert_eq!(declared.status, 200, "{}", declared.json);
     assert_eq!(declared.json["go"], false, "{}", declared.json);
     assert_eq!(declared.json["nodes"], node_count, "{}", declared.json);
+    assert_eq!(entry(&declared.json, &fresh)["ready"], 0, "no node had it before");
 
     let report = settle(&api, &reconciler, |r| {
         r["images"]
@@ -113,7 +123,7 @@ async fn declared_images_reach_every_stack_node_and_a_joining_node_is_released_o
             .is_some_and(|all| all.iter().all(|i| i["ready"] == node_count || !i["failed"].is_null()))
     })
     .await;
-    for present in [&tcp, &http, &pause] {
+    for present in [&tcp, &http, &pause, &fresh] {
         assert_eq!(entry(&report, present)["ready"], node_count, "{report}");
     }
     let failed = &entry(&report, &missing)["failed"];
@@ -163,13 +173,17 @@ async fn declared_images_reach_every_stack_node_and_a_joining_node_is_released_o
 
     // Declared again without the missing tag: go, all images on all nodes.
     let declared = api
-        .call(Method::PUT, "/prepull", Some(json!({"images": [tcp, http, pause]})))
+        .call(
+            Method::PUT,
+            "/prepull",
+            Some(json!({"images": [tcp, http, pause, fresh]})),
+        )
         .await;
     assert_eq!(declared.status, 200, "{}", declared.json);
     let report = settle(&api, &reconciler, |r| r["go"] == true).await;
     assert_eq!(
         report["summary"],
-        format!("go: all 3 images on {node_count}/{node_count} nodes"),
+        format!("go: all 4 images on {node_count}/{node_count} nodes"),
         "{report}"
     );
 
@@ -227,5 +241,61 @@ async fn a_manifest_tolerating_the_startup_taint_is_a_bad_spec() {
     assert_eq!(reply.status, 400, "{}", reply.json);
     let message = reply.json.to_string();
     assert!(message.contains("spec.tolerations[0].key"), "{message}");
+    api.finish().await;
+}
+
+/// Each tenant declares its own list and sees only its own images; a key of every tenant sees
+/// them all; the nodes get every list; a platform key may not declare, a viewer may not either.
+#[tokio::test]
+async fn a_tenants_images_are_its_own_to_declare_and_to_see() {
+    let settings = tenants::settings(&[]);
+    let vars: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let api = ApiHarness::with_env(&vars).await;
+    let declare = |key: TestKey, images: Value| {
+        let api = &api;
+        async move {
+            api.call_as(key.key, Method::PUT, "/prepull", Some(json!({"images": images})))
+                .await
+        }
+    };
+    let shown = |reply: &stack_tests::api::Reply| -> Vec<String> {
+        reply.json["images"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{}", reply.json))
+            .iter()
+            .map(|i| i["image"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    let ctf = declare(tenants::CTF_OPERATOR, json!(["registry.example.com/ctf/web:1"])).await;
+    assert_eq!(ctf.status, 200, "{}", ctf.json);
+    let all = declare(tenants::ALL_OPERATOR, json!(["registry.example.com/base:1"])).await;
+    assert_eq!(all.status, 200, "{}", all.json);
+    for refused in [tenants::CTF_PLATFORM, tenants::WARGAME_VIEWER] {
+        let reply = declare(refused, json!(["registry.example.com/x:1"])).await;
+        assert_eq!(reply.status, 403, "{}: {}", refused.key, reply.json);
+    }
+
+    let read = |key: TestKey| api.call_as(key.key, Method::GET, "/prepull", None);
+    assert_eq!(
+        shown(&read(tenants::CTF_OPERATOR).await),
+        ["registry.example.com/ctf/web:1"]
+    );
+    assert!(
+        shown(&read(tenants::WARGAME_VIEWER).await).is_empty(),
+        "nothing of ctf's"
+    );
+    assert_eq!(
+        shown(&read(tenants::ALL_VIEWER).await),
+        ["registry.example.com/base:1", "registry.example.com/ctf/web:1"]
+    );
+    let stats = api
+        .call_as(tenants::WARGAME_VIEWER.key, Method::GET, "/stats", None)
+        .await;
+    assert_eq!(stats.json["images"]["images"], json!([]), "{}", stats.json);
+
+    // Clearing ctf's list leaves the deployment's.
+    let cleared = declare(tenants::CTF_OPERATOR, json!([])).await;
+    assert_eq!(cleared.status, 200, "{}", cleared.json);
+    assert_eq!(shown(&read(tenants::ALL_VIEWER).await), ["registry.example.com/base:1"]);
     api.finish().await;
 }
