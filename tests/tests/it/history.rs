@@ -108,8 +108,7 @@ async fn stats_show_headroom_of_ports_and_stack_nodes() {
 #[tokio::test]
 async fn history_shows_reconcile_passes_and_refused_creates() {
     let api = ApiHarness::start().await;
-    let created = api.create(WEB_POD, json!(80)).await;
-    assert_eq!(created.status, 201, "{}", created.json);
+    api.create_web().await;
     let refused = api.create("kind: Service", json!(80)).await;
     assert_eq!(refused.status, 400);
 

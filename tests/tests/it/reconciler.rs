@@ -16,7 +16,7 @@ use stack_core::{
     BatchDeleteJob, JobStatus, LEASE_NAME, MANAGED_BY_LABEL, MANAGED_BY_VALUE, ObservedState, StackId, StackStatus,
     Summary, new_job_id,
 };
-use stack_tests::api::{ApiHarness, WEB_POD, listed_ids};
+use stack_tests::api::{ApiHarness, listed_ids};
 use stack_tests::env::{SimulatedNode, nodes, unique_name};
 use stack_tests::reconciler::{
     TestReconciler, add_schedulable_node, minimal_pod, set_stored_status, set_ttl, stack_pod, stack_service,
@@ -62,8 +62,7 @@ impl State {
 }
 
 async fn create_stack(api: &ApiHarness) -> StackId {
-    let reply = api.create(WEB_POD, json!(80)).await;
-    assert_eq!(reply.status, 201, "{}", reply.json);
+    let reply = api.create_web().await;
     reply.json["stack_id"]
         .as_str()
         .and_then(|id| id.parse().ok())
@@ -142,8 +141,7 @@ async fn stack_expires_after_a_short_ttl() {
 
     let summary = reconciler.pass().await;
     assert_eq!((summary.counts.expired, summary.counts.failures), (1, 0), "{summary:?}");
-    api.assert_nothing_left().await;
-    api.finish().await;
+    api.finish_asserting_nothing_left().await;
 }
 
 #[tokio::test]
@@ -252,8 +250,7 @@ async fn stack_whose_node_was_deleted_is_removed() {
         .unwrap();
     let summary = reconciler.pass().await;
     assert_eq!((summary.counts.drift, summary.counts.failures), (1, 0), "{summary:?}");
-    api.assert_nothing_left().await;
-    api.finish().await;
+    api.finish_asserting_nothing_left().await;
 }
 
 #[tokio::test]
@@ -457,8 +454,7 @@ async fn only_one_pass_runs_at_a_time() {
     let (ran, waited) = if a.lease_held { (a, b) } else { (b, a) };
     assert_eq!((ran.counts.expired, ran.counts.failures), (1, 0), "{ran:?}");
     assert_eq!(waited.counts.expired, 0);
-    api.assert_nothing_left().await;
-    api.finish().await;
+    api.finish_asserting_nothing_left().await;
 }
 
 #[tokio::test]
@@ -497,8 +493,7 @@ async fn pass_out_of_time_stops_cleanly_and_the_next_one_finishes() {
         (3, 0, 0),
         "{next:?}"
     );
-    api.assert_nothing_left().await;
-    api.finish().await;
+    api.finish_asserting_nothing_left().await;
 }
 
 #[tokio::test]
@@ -574,6 +569,5 @@ async fn scheduled_event_runs_one_pass_through_the_lambda_handler() {
         "{answer}"
     );
     assert_eq!(answer["failures"], 0, "{answer}");
-    api.assert_nothing_left().await;
-    api.finish().await;
+    api.finish_asserting_nothing_left().await;
 }
