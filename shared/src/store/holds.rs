@@ -3,7 +3,6 @@
 //! attribute `held`) that admission increments atomically. How they stay in step, and why no
 //! race lets a tenant past its limit: `stacks::tenant_limit`.
 
-use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -63,11 +62,7 @@ impl Store {
             .expression_attribute_values(":limit", n(i64::from(limit)))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(err) if is_condition_failed(&err) => Ok(false),
-            Err(err) => Err(StoreError::backend("UpdateItem", err)),
-        }
+        StoreError::condition_held("UpdateItem", result)
     }
 
     /// Releases the hold of `stack_id`: marks it (only one release wins), takes one from the
@@ -85,10 +80,8 @@ impl Store {
             .expression_attribute_values(":yes", AttributeValue::Bool(true))
             .send()
             .await;
-        match marked {
-            Ok(_) => {}
-            Err(err) if is_condition_failed(&err) => return Ok(()),
-            Err(err) => return Err(StoreError::backend("UpdateItem", err)),
+        if !StoreError::condition_held("UpdateItem", marked)? {
+            return Ok(());
         }
         self.client
             .update_item()
@@ -170,15 +163,6 @@ impl Store {
                 .condition_expression("#held = :seen")
                 .expression_attribute_values(":seen", n(i64::try_from(seen).unwrap_or(i64::MAX))),
         };
-        match request.send().await {
-            Ok(_) => Ok(true),
-            Err(err) if is_condition_failed(&err) => Ok(false),
-            Err(err) => Err(StoreError::backend("UpdateItem", err)),
-        }
+        StoreError::condition_held("UpdateItem", request.send().await)
     }
-}
-
-fn is_condition_failed<R>(err: &aws_sdk_dynamodb::error::SdkError<UpdateItemError, R>) -> bool {
-    err.as_service_error()
-        .is_some_and(UpdateItemError::is_conditional_check_failed_exception)
 }

@@ -68,17 +68,11 @@ impl Store {
     pub async fn list_unfinished_jobs(&self) -> Result<Vec<BatchDeleteJob>, StoreError> {
         self.query_all(
             || {
-                self.client
-                    .query()
-                    .table_name(&self.table)
-                    .key_condition_expression("#pk = :pk")
+                self.partition_query(JOB_PK, true)
                     .filter_expression("#status IN (:queued, :running)")
-                    .expression_attribute_names("#pk", PK)
                     .expression_attribute_names("#status", "status")
-                    .expression_attribute_values(":pk", s(JOB_PK))
                     .expression_attribute_values(":queued", s("queued"))
                     .expression_attribute_values(":running", s("running"))
-                    .consistent_read(true)
             },
             read_item,
         )

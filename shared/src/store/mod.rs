@@ -88,6 +88,21 @@ impl Store {
         }
     }
 
+    /// A query of the partition `pk`, to which a caller adds its filter or projection.
+    pub(crate) fn partition_query(
+        &self,
+        pk: &str,
+        consistent: bool,
+    ) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder {
+        self.client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("#pk = :pk")
+            .expression_attribute_names("#pk", item::PK)
+            .expression_attribute_values(":pk", item::s(pk))
+            .consistent_read(consistent)
+    }
+
     /// Writes `item` whatever is there.
     pub(crate) async fn put(&self, item: item::Item) -> Result<(), StoreError> {
         self.client

@@ -344,19 +344,7 @@ impl Store {
         consistent: bool,
         parse: impl FnMut(Item) -> Result<T, Unreadable>,
     ) -> Result<(Vec<T>, Vec<Unreadable>), StoreError> {
-        self.query_all(
-            || {
-                self.client
-                    .query()
-                    .table_name(&self.table)
-                    .key_condition_expression("#pk = :pk")
-                    .expression_attribute_names("#pk", PK)
-                    .expression_attribute_values(":pk", s(pk))
-                    .consistent_read(consistent)
-            },
-            parse,
-        )
-        .await
+        self.query_all(|| self.partition_query(pk, consistent), parse).await
     }
 
     /// Writes back what the cluster showed (a failure with its reason, message and `now` as
