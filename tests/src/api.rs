@@ -325,6 +325,11 @@ impl ApiHarness {
             .records
     }
 
+    /// The ids of the stacks' records, oldest first, in the collection the caller names.
+    pub async fn record_ids<C: FromIterator<String>>(&self) -> C {
+        self.records().await.iter().map(|r| r.stack_id.to_string()).collect()
+    }
+
     /// Removes the harness's namespace (and so its pods and services) and table.
     pub async fn finish(self) {
         let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(self.env.kube.clone());

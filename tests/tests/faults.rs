@@ -65,12 +65,7 @@ async fn assert_only_acknowledged_stacks_exist(api: &ApiHarness, acknowledged: &
         acknowledged.len(),
         "services other than the acknowledged stacks"
     );
-    let records: HashSet<String> = api
-        .records()
-        .await
-        .into_iter()
-        .map(|r| r.stack_id.to_string())
-        .collect();
+    let records: HashSet<String> = api.record_ids().await;
     assert_eq!(&records, acknowledged, "records other than the acknowledged stacks");
 }
 

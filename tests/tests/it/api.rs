@@ -653,7 +653,7 @@ async fn stack_whose_pod_was_deleted_behind_our_back_is_gone() {
 async fn a_list_page_removes_its_own_gone_stacks_and_no_other() {
     let api = ApiHarness::start().await;
     api.create_stacks(4).await;
-    let ids: Vec<String> = api.records().await.iter().map(|r| r.stack_id.to_string()).collect();
+    let ids: Vec<String> = api.record_ids().await;
     let now_gone = |id: &str| {
         let pods = api.pods_api();
         let id = id.to_owned();
@@ -672,7 +672,7 @@ async fn a_list_page_removes_its_own_gone_stacks_and_no_other() {
     let page1 = api.call(Method::GET, "/stacks?limit=2", None).await;
     assert_eq!(page1.status, 200, "{}", page1.json);
     assert_eq!(listed_ids(std::slice::from_ref(&page1)), vec![ids[0].clone()]);
-    let left: Vec<String> = api.records().await.iter().map(|r| r.stack_id.to_string()).collect();
+    let left: Vec<String> = api.record_ids().await;
     assert_eq!(
         left,
         vec![ids[0].clone(), ids[2].clone(), ids[3].clone()],
@@ -697,7 +697,7 @@ async fn a_list_page_removes_its_own_gone_stacks_and_no_other() {
         .await;
     assert_eq!(page2.status, 200, "{}", page2.json);
     assert_eq!(listed_ids(std::slice::from_ref(&page2)), vec![ids[2].clone()]);
-    let left: Vec<String> = api.records().await.iter().map(|r| r.stack_id.to_string()).collect();
+    let left: Vec<String> = api.record_ids().await;
     assert_eq!(left, vec![ids[0].clone(), ids[2].clone()]);
     assert_eq!(
         api.call(Method::GET, &format!("/stacks/{}", ids[3]), None).await.status,
@@ -868,12 +868,7 @@ async fn batch_delete_is_a_durable_job() {
         (Some(4), Some(2), Some(2), Some(0))
     );
     assert!(job.get("errors").is_none(), "{job}");
-    let left: HashSet<String> = api
-        .records()
-        .await
-        .into_iter()
-        .map(|r| r.stack_id.to_string())
-        .collect();
+    let left: HashSet<String> = api.record_ids().await;
     assert_eq!(left, HashSet::from([ids[2].clone()]));
     api.finish().await;
 }
@@ -988,7 +983,7 @@ async fn a_read_answers_before_the_lambda_invocation_ends_even_if_the_apiserver_
 async fn list_pages_walk_every_stack_once_oldest_first() {
     let api = ApiHarness::start().await;
     let created = api.create_stacks(5).await;
-    let oldest_first: Vec<String> = api.records().await.iter().map(|r| r.stack_id.to_string()).collect();
+    let oldest_first: Vec<String> = api.record_ids().await;
     assert_eq!(
         oldest_first.iter().collect::<HashSet<_>>(),
         created.iter().collect::<HashSet<_>>()

@@ -15,15 +15,17 @@ use stack_tests::browser::{Browser, plain, serve};
 /// Long enough for a refresh (every 4 s) and a delete; the wait ends as soon as it holds.
 const PAGE_WAIT: Duration = Duration::from_secs(20);
 
-async fn text(browser: &Browser, css: &str) -> String {
+/// The element `css` finds; `what` names it in a failure.
+async fn find(browser: &Browser, css: &str, what: &str) -> fantoccini::elements::Element {
     browser
         .client
         .find(Locator::Css(css))
         .await
-        .unwrap_or_else(|e| panic!("{css}: {e}"))
-        .text()
-        .await
-        .expect("text")
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+async fn text(browser: &Browser, css: &str) -> String {
+    find(browser, css, css).await.text().await.expect("text")
 }
 
 async fn enter_key(browser: &Browser, key: &str) {
@@ -93,14 +95,8 @@ async fn wait_for(browser: &Browser, locator: Locator<'_>, what: &str) {
 
 /// Clicks what `css` finds; `what` names it in a failure.
 async fn click(browser: &Browser, css: &str, what: &str) {
-    browser
-        .client
-        .find(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("{what}: {e}"))
-        .click()
-        .await
-        .unwrap_or_else(|e| panic!("click {what}: {e}"));
+    let element = find(browser, css, what).await;
+    element.click().await.unwrap_or_else(|e| panic!("click {what}: {e}"));
 }
 
 /// Clicks `id`'s delete button and waits until the page asks to confirm.

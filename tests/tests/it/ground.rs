@@ -148,9 +148,15 @@ fn is_unschedulable(pod: Option<&Pod>) -> bool {
         })
 }
 
-fn api_error_message(error: kube::Error) -> (u16, String) {
-    match error {
-        kube::Error::Api(status) => (status.code, status.message),
+/// The apiserver refused the call (`what` says what must be refused) with `code` and a
+/// message that says `says`.
+fn assert_refused<T: std::fmt::Debug>(result: Result<T, kube::Error>, what: &str, code: u16, says: &str) {
+    match result.expect_err(what) {
+        kube::Error::Api(status) => {
+            let message = status.message;
+            assert_eq!(status.code, code, "{message}");
+            assert!(message.contains(says), "{message}");
+        }
         other => panic!("expected an apiserver rejection, got {other:?}"),
     }
 }
@@ -229,11 +235,13 @@ async fn a_node_port_is_allocated_only_once() {
 
     let refused = services
         .create(&PostParams::default(), &node_port_service("second", Some(port)))
-        .await
-        .expect_err("the same nodePort twice must be refused");
-    let (code, message) = api_error_message(refused);
-    assert_eq!(code, 422, "{message}");
-    assert!(message.contains("already allocated"), "{message}");
+        .await;
+    assert_refused(
+        refused,
+        "the same nodePort twice must be refused",
+        422,
+        "already allocated",
+    );
     namespace.delete().await.expect("delete namespace");
 }
 
@@ -289,11 +297,8 @@ async fn resource_quota_rejects_an_over_quota_pod() {
             &PostParams::default(),
             &pod("greedy", (ROLE_LABEL, SIMULATED_ROLE), "2"),
         )
-        .await
-        .expect_err("a pod over the quota must be refused");
-    let (code, message) = api_error_message(refused);
-    assert_eq!(code, 403, "{message}");
-    assert!(message.contains("exceeded quota"), "{message}");
+        .await;
+    assert_refused(refused, "a pod over the quota must be refused", 403, "exceeded quota");
 
     run_pod(&namespace, &pod("modest", (ROLE_LABEL, SIMULATED_ROLE), "500m")).await;
     namespace.delete().await.expect("delete namespace");
@@ -355,14 +360,13 @@ async fn pod_security_restricted_namespace_rejects_a_privileged_pod() {
         container.security_context =
             Some(serde_json::from_value(json!({ "privileged": true })).expect("valid security context"));
     }
-    let refused = namespace
-        .api::<Pod>()
-        .create(&PostParams::default(), &privileged)
-        .await
-        .expect_err("restricted namespaces refuse privileged pods");
-    let (code, message) = api_error_message(refused);
-    assert_eq!(code, 403, "{message}");
-    assert!(message.contains("violates PodSecurity \"restricted"), "{message}");
+    let refused = namespace.api::<Pod>().create(&PostParams::default(), &privileged).await;
+    assert_refused(
+        refused,
+        "restricted namespaces refuse privileged pods",
+        403,
+        "violates PodSecurity \"restricted",
+    );
     namespace.delete().await.expect("delete namespace");
 }
 

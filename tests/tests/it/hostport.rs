@@ -100,17 +100,22 @@ fn placements(pods: &[Pod]) -> Vec<(String, i32)> {
         .collect()
 }
 
+/// Host-port stacks on the nodes of `role` with one port (31001): a node holds one stack.
+fn one_port_on(role: &str) -> [(&'static str, &str); 4] {
+    [
+        ("STACK_EXPOSURE", "hostport"),
+        ("STACK_NODE_ROLE", role),
+        ("STACK_NODEPORT_MIN", "31001"),
+        ("STACK_NODEPORT_MAX", "31001"),
+    ]
+}
+
 #[tokio::test]
 async fn a_hostport_stack_holds_its_port_on_its_node_and_a_port_serves_one_stack_per_node() {
     let nodes = StackNodes::add().await;
     let made = &nodes.nodes;
-    let settings = [
-        ("STACK_EXPOSURE", "hostport"),
-        ("STACK_NODE_ROLE", nodes.role.as_str()),
-        // One port: two nodes hold two stacks.
-        ("STACK_NODEPORT_MIN", "31001"),
-        ("STACK_NODEPORT_MAX", "31001"),
-    ];
+    // One port: two nodes hold two stacks.
+    let settings = one_port_on(&nodes.role);
     let api = ApiHarness::with_env(&settings).await;
 
     let first = api.create(WEB_POD, json!(80)).await;
@@ -205,12 +210,7 @@ async fn a_hostport_stack_holds_its_port_on_its_node_and_a_port_serves_one_stack
 #[tokio::test]
 async fn a_creator_whose_view_is_old_finds_the_port_taken_everywhere_and_a_new_one_reads_it_first() {
     let nodes = StackNodes::add().await;
-    let settings = [
-        ("STACK_EXPOSURE", "hostport"),
-        ("STACK_NODE_ROLE", nodes.role.as_str()),
-        ("STACK_NODEPORT_MIN", "31001"),
-        ("STACK_NODEPORT_MAX", "31001"),
-    ];
+    let settings = one_port_on(&nodes.role);
     let a = ApiHarness::with_env(&settings).await;
     let b = sandbox_of(&a, &settings).await;
     // B's view (refreshed now) sees one of two slots taken; A then takes the other.

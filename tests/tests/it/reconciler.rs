@@ -37,7 +37,7 @@ impl State {
     async fn of(api: &ApiHarness) -> Self {
         let name = |meta: &kube::api::ObjectMeta| meta.name.clone().unwrap_or_default();
         Self {
-            records: api.records().await.iter().map(|r| r.stack_id.to_string()).collect(),
+            records: api.record_ids().await,
             manifests: api
                 .state
                 .stacks

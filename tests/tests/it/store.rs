@@ -201,7 +201,7 @@ async fn a_page_of_large_manifests_stays_under_the_byte_bound() {
     }
 
     let pages = api.walk_pages(None).await;
-    let oldest_first: Vec<String> = api.records().await.iter().map(|r| r.stack_id.to_string()).collect();
+    let oldest_first: Vec<String> = api.record_ids().await;
     assert_eq!(listed_ids(&pages), oldest_first, "each stack once, oldest first");
     assert!(pages.len() >= 2, "12 stacks of this size cannot fit one page");
     let mut total = 0;
