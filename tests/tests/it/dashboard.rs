@@ -31,14 +31,7 @@ async fn text(browser: &Browser, css: &str) -> String {
 async fn enter_key(browser: &Browser, key: &str) {
     let input = browser.client.find(Locator::Id("key")).await.expect("key input");
     input.send_keys(key).await.expect("type key");
-    browser
-        .client
-        .find(Locator::Id("key-submit"))
-        .await
-        .expect("key button")
-        .click()
-        .await
-        .expect("submit key");
+    click(browser, "#key-submit", "key button").await;
 }
 
 /// Waits until the page has shown data loaded after `after` (ms since the epoch, as the page
@@ -214,11 +207,8 @@ async fn a_wrong_key_is_refused_with_a_clear_message() {
     let message = text(&browser, "#message").await;
     assert!(message.contains("API key was refused"), "{message}");
     assert!(
-        !browser
-            .client
-            .find(Locator::Id("main"))
+        !find(&browser, "#main", "main")
             .await
-            .expect("main")
             .is_displayed()
             .await
             .expect("displayed"),

@@ -20,6 +20,11 @@ async fn connect() -> TestEnv {
     TestEnv::connect().await.expect("local environment (run tests/env/up)")
 }
 
+/// A fresh namespace of the local environment, its name starting with `prefix`.
+async fn fresh_namespace(prefix: &str) -> TestNamespace {
+    connect().await.fresh_namespace(prefix).await.expect("namespace")
+}
+
 fn s(value: &str) -> AttributeValue {
     AttributeValue::S(value.to_owned())
 }
@@ -206,8 +211,7 @@ async fn stack_pod_runs_on_a_stack_node_with_an_external_ip() {
 
 #[tokio::test]
 async fn a_node_port_is_allocated_only_once() {
-    let env = connect().await;
-    let namespace = env.fresh_namespace("ground-port").await.expect("namespace");
+    let namespace = fresh_namespace("ground-port").await;
     let services: Api<Service> = namespace.api();
 
     // Other tests allocate ports from the same cluster-wide range: retry on a taken one.
@@ -247,8 +251,7 @@ async fn a_node_port_is_allocated_only_once() {
 
 #[tokio::test]
 async fn a_pod_no_node_can_hold_is_unschedulable() {
-    let env = connect().await;
-    let namespace = env.fresh_namespace("ground-big").await.expect("namespace");
+    let namespace = fresh_namespace("ground-big").await;
     let pods: Api<Pod> = namespace.api();
 
     pods.create(
@@ -273,8 +276,7 @@ async fn a_pod_no_node_can_hold_is_unschedulable() {
 
 #[tokio::test]
 async fn resource_quota_rejects_an_over_quota_pod() {
-    let env = connect().await;
-    let namespace = env.fresh_namespace("ground-quota").await.expect("namespace");
+    let namespace = fresh_namespace("ground-quota").await;
     let quotas: Api<ResourceQuota> = namespace.api();
     let quota: ResourceQuota = serde_json::from_value(json!({
         "metadata": { "name": "cap" },
@@ -306,8 +308,7 @@ async fn resource_quota_rejects_an_over_quota_pod() {
 
 #[tokio::test]
 async fn limit_range_defaults_apply_to_pods_without_resources() {
-    let env = connect().await;
-    let namespace = env.fresh_namespace("ground-limits").await.expect("namespace");
+    let namespace = fresh_namespace("ground-limits").await;
     let limits: LimitRange = serde_json::from_value(json!({
         "metadata": { "name": "defaults" },
         "spec": { "limits": [{ "type": "Container", "default": { "cpu": "300m" }, "defaultRequest": { "cpu": "200m" } }] }
@@ -372,8 +373,7 @@ async fn pod_security_restricted_namespace_rejects_a_privileged_pod() {
 
 #[tokio::test]
 async fn deleting_a_pod_garbage_collects_the_service_it_owns() {
-    let env = connect().await;
-    let namespace = env.fresh_namespace("ground-gc").await.expect("namespace");
+    let namespace = fresh_namespace("ground-gc").await;
     let owner = run_pod(&namespace, &pod("owner", (ROLE_LABEL, SIMULATED_ROLE), "100m")).await;
     let owner_uid = owner.metadata.uid.clone().expect("pod uid");
 

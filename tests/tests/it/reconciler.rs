@@ -61,6 +61,13 @@ impl State {
     }
 }
 
+/// A harness with the defaults and a reconciler over it.
+async fn harness_and_reconciler() -> (ApiHarness, TestReconciler) {
+    let api = ApiHarness::start().await;
+    let reconciler = TestReconciler::over(&api, &[]).await;
+    (api, reconciler)
+}
+
 async fn create_stack(api: &ApiHarness) -> StackId {
     let reply = api.create_web().await;
     reply.json["stack_id"]
@@ -107,8 +114,7 @@ fn idle(summary: &Summary) -> Summary {
 
 #[tokio::test]
 async fn expired_stack_is_removed_and_a_live_one_kept() {
-    let api = ApiHarness::start().await;
-    let reconciler = TestReconciler::over(&api, &[]).await;
+    let (api, reconciler) = harness_and_reconciler().await;
     let (expired, live) = (create_stack(&api).await, create_stack(&api).await);
     set_ttl(reconciler.store(), &expired, past()).await.unwrap();
 
@@ -146,8 +152,7 @@ async fn stack_expires_after_a_short_ttl() {
 
 #[tokio::test]
 async fn status_changes_are_written_back_once() {
-    let api = ApiHarness::start().await;
-    let reconciler = TestReconciler::over(&api, &[]).await;
+    let (api, reconciler) = harness_and_reconciler().await;
     let id = create_stack(&api).await;
     let pod = wait_pod_running(&api.pods_api(), &id.pod_name()).await.unwrap();
     // The record falls behind the cluster (as when a create answers before its pod starts).
@@ -189,8 +194,7 @@ async fn status_changes_are_written_back_once() {
 
 #[tokio::test]
 async fn stack_whose_pod_was_deleted_behind_our_back_loses_service_and_record() {
-    let api = ApiHarness::start().await;
-    let reconciler = TestReconciler::over(&api, &[]).await;
+    let (api, reconciler) = harness_and_reconciler().await;
     let (lost, kept) = (running_stack(&api, &reconciler).await, create_stack(&api).await);
     // The service no longer names the pod as its owner, so the garbage collector leaves it
     // (orphan propagation alone races the collector's view of a just-created service):
@@ -214,8 +218,7 @@ async fn stack_whose_pod_was_deleted_behind_our_back_loses_service_and_record() 
 
 #[tokio::test]
 async fn stack_whose_service_was_deleted_loses_pod_and_record() {
-    let api = ApiHarness::start().await;
-    let reconciler = TestReconciler::over(&api, &[]).await;
+    let (api, reconciler) = harness_and_reconciler().await;
     let (lost, kept) = (running_stack(&api, &reconciler).await, create_stack(&api).await);
     api.services_api()
         .delete(&lost.service_name(), &DeleteParams::default())
@@ -459,8 +462,7 @@ async fn only_one_pass_runs_at_a_time() {
 
 #[tokio::test]
 async fn pass_out_of_time_stops_cleanly_and_the_next_one_finishes() {
-    let api = ApiHarness::start().await;
-    let reconciler = TestReconciler::over(&api, &[]).await;
+    let (api, reconciler) = harness_and_reconciler().await;
     let mut ids = Vec::new();
     for _ in 0..3 {
         let id = create_stack(&api).await;
@@ -498,8 +500,7 @@ async fn pass_out_of_time_stops_cleanly_and_the_next_one_finishes() {
 
 #[tokio::test]
 async fn stalled_batch_delete_job_is_carried_to_completion() {
-    let api = ApiHarness::start().await;
-    let reconciler = TestReconciler::over(&api, &[]).await;
+    let (api, reconciler) = harness_and_reconciler().await;
     let store = reconciler.store();
     let (doomed, listed_later) = (create_stack(&api).await, create_stack(&api).await);
     let unknown = "stack-0123456789abcdef".to_owned();
@@ -546,8 +547,7 @@ async fn stalled_batch_delete_job_is_carried_to_completion() {
 
 #[tokio::test]
 async fn scheduled_event_runs_one_pass_through_the_lambda_handler() {
-    let api = ApiHarness::start().await;
-    let reconciler = TestReconciler::over(&api, &[]).await;
+    let (api, reconciler) = harness_and_reconciler().await;
     let id = create_stack(&api).await;
     set_ttl(reconciler.store(), &id, past()).await.unwrap();
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../events/scheduled.json");
