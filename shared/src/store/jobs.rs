@@ -2,7 +2,7 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::item::{PK, from_item, key, read_item, s, to_item};
+use super::item::{PK, from_item, read_item, s, to_item};
 use super::{Store, StoreError};
 use crate::model::BatchDeleteJob;
 
@@ -52,16 +52,8 @@ impl Store {
     }
 
     pub async fn get_job(&self, job_id: &str) -> Result<Option<BatchDeleteJob>, StoreError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(key(JOB_PK, job_id)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| StoreError::backend("GetItem", e))?;
-        out.item.map(from_item).transpose()
+        let item = self.get_item(JOB_PK, job_id, true).await?;
+        item.map(from_item).transpose()
     }
 
     /// Jobs not yet completed or failed (the partition only holds a day of jobs).
