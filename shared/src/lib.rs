@@ -48,7 +48,7 @@ pub use cluster::{ClusterError, apply_client_limits, client_builder, node_extern
 pub use config::{Config, ConfigError, ValidationPolicy};
 pub use eks::{Credentials, eks_presigned_url, eks_token};
 pub use init_error::{INIT_ERROR_TYPE, refuse_to_start};
-pub use telemetry::init_tracing;
+pub use telemetry::{error_chain, init_tracing};
 
 // The manifest's rules.
 pub use validate::{Rejection, validate};

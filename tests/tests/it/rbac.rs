@@ -14,7 +14,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use stack_core::{Reconciler, StackId, run_pass};
-use stack_tests::api::{ApiHarness, WEB_POD, kube_config};
+use stack_tests::api::{ApiHarness, kube_config};
 use stack_tests::env::rbac_manifest::{self, RbacManifest};
 use stack_tests::env::{TestEnv, TestNamespace};
 use stack_tests::reconciler::{PASS_BUDGET, reconciler_config, set_ttl, stacks_over};
@@ -150,8 +150,7 @@ impl Granted {
 async fn run_the_product(granted: &Granted, api: &ApiHarness) {
     let mut ids = Vec::new();
     for _ in 0..3 {
-        let created = api.create(WEB_POD, json!(80)).await;
-        assert_eq!(created.status, 201, "{}", created.json);
+        let created = api.create_web().await;
         ids.push(created.json["stack_id"].as_str().expect("stack_id").to_owned());
     }
     for path in [
@@ -245,8 +244,7 @@ async fn so_do_host_port_stacks() {
 async fn verbs_the_functions_never_use_are_refused() {
     let granted = Granted::grant(false).await;
     let api = granted.api(&[]).await;
-    let created = api.create(WEB_POD, json!(80)).await;
-    assert_eq!(created.status, 201, "{}", created.json);
+    api.create_web().await;
     let pod = api.managed_pods().await.pop().expect("the stack's pod");
 
     let pods: Api<Pod> = Api::namespaced(granted.client(), &granted.namespace);
