@@ -13,11 +13,13 @@ use crate::model::Exposure;
 use crate::tenancy::{KeyRing, Tenants};
 
 mod hardening;
+mod prepull;
 mod validation;
 
 #[cfg(test)]
 pub(crate) use hardening::BASELINE_CAPABILITIES;
 pub(crate) use hardening::{DropCapabilities, LINUX_CAPABILITIES, NodeTaint};
+pub(crate) use prepull::PrepullPolicy;
 pub use validation::ValidationPolicy;
 
 /// `STACK_ON_UNSCHEDULABLE`: what a create does when the scheduler finds no node for the pod.
@@ -117,6 +119,8 @@ pub struct Config {
     pub reconcile_concurrency: usize,
     /// Label of the platform's manifests the dashboard groups stacks by (one per challenge).
     pub challenge_label: String,
+    /// What the pre-pull keeps on the stack nodes.
+    pub prepull: PrepullPolicy,
 }
 
 /// What stacks may reach and what may reach them, the operator's choices
@@ -284,6 +288,7 @@ impl Config {
             challenge_label: env
                 .string("STACK_CHALLENGE_LABEL")
                 .unwrap_or_else(|| DEFAULT_CHALLENGE_LABEL.into()),
+            prepull: PrepullPolicy::read(&mut env),
         };
         let mut problems = env.problems;
         problems.extend(config.cross_checks());
@@ -347,6 +352,12 @@ impl Config {
         }
         if self.validation.namespace.len() > 63 || !is_dns_label(&self.validation.namespace) {
             problems.push("STACK_NAMESPACE: must be a DNS label".into());
+        }
+        if self.prepull.namespace.len() > 63 || !is_dns_label(&self.prepull.namespace) {
+            problems.push("STACK_PREPULL_NAMESPACE: must be a DNS label".into());
+        }
+        if self.prepull.namespace == self.validation.namespace {
+            problems.push("STACK_PREPULL_NAMESPACE: must differ from STACK_NAMESPACE (its pods are not stacks)".into());
         }
         problems
     }

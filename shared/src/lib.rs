@@ -18,6 +18,7 @@ mod lifecycle;
 mod model;
 #[cfg(test)]
 mod module_graph;
+mod prepull;
 mod quantity;
 mod reconcile;
 mod stacks;
@@ -31,8 +32,8 @@ mod validate;
 // The domain: stacks, their ports and status, batch-delete jobs, the labels every object carries.
 pub use model::{
     BatchDeleteJob, Exposure, FailureReason, JobError, JobStatus, MANAGED_BY_LABEL, MANAGED_BY_VALUE, OWN_LABEL_PREFIX,
-    ObservedState, PortMapping, Protocol, STACK_ID_LABEL, StackId, StackRecord, StackStatus, StackUsage, TargetPort,
-    new_job_id,
+    ObservedState, PortMapping, Protocol, STACK_ID_LABEL, STARTUP_TAINT, StackId, StackRecord, StackStatus, StackUsage,
+    TargetPort, new_job_id,
 };
 // The time budgets of the request path.
 pub use deadlines::{BATCH_JOB_BUDGET, CREATE_DEADLINE, LAMBDA_MARGIN, REQUEST_DEADLINE};
@@ -47,7 +48,7 @@ pub use cluster::{ClusterError, apply_client_limits, client_builder, node_extern
 pub use config::{Config, ConfigError, ValidationPolicy};
 pub use eks::{Credentials, eks_presigned_url, eks_token};
 pub use init_error::{INIT_ERROR_TYPE, refuse_to_start};
-pub use telemetry::init_tracing;
+pub use telemetry::{error_chain, init_tracing};
 
 // The manifest's rules.
 pub use validate::{Rejection, validate};
@@ -56,9 +57,11 @@ pub use store::{
     IdempotencyClaim, ListCursor, MAX_ITEM_BYTES, Manifest, Store, StoreError, StoredManifest, UnstorableManifest,
 };
 // What the API does with stacks.
+// The images kept on the stack nodes before the start gun.
+pub use prepull::{ImageFailure, ImageReadiness, Readiness};
 pub use stacks::{
-    CreateOutcome, CreateRequest, ErrorClass, EventPlan, ExpectedStacks, Forecast, MAX_BATCH_IDS, SetupError,
-    StackError, Stacks, Stats,
+    CreateOutcome, CreateRequest, ErrorClass, EventPlan, ExpectedStacks, Forecast, MAX_BATCH_IDS, MAX_PREPULL_IMAGES,
+    SetupError, StackError, Stacks, Stats,
 };
 // The reconciler.
 pub use reconcile::{LEASE_NAME, PassError, Reconciler, Summary, run_pass};

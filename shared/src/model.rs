@@ -14,6 +14,9 @@ pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY_VALUE: &str = "stack-provisioner";
 /// Label naming the stack an object belongs to; the Service selects its pod by it.
 pub const STACK_ID_LABEL: &str = "stack-provisioner/stack-id";
+/// The startup taint (`NoSchedule`) of a stack node that joins without the declared images:
+/// stacks stay off it until the pre-pull has put every image there and removed the taint.
+pub const STARTUP_TAINT: &str = "stack-provisioner.io/images-pending";
 /// The init container that holds a stack back until its isolation is enforced
 /// (`STACK_ISOLATION_CHECK_IMAGE`, `validate/isolation_check.rs`).
 pub(crate) const ISOLATION_CHECK_CONTAINER: &str = "stack-isolation-check";

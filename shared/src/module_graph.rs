@@ -22,8 +22,8 @@ const LAYERS: &[&[&str]] = &[
     &["config", "aws", "eks", "init_error"],
     // The manifest's rules, and the two stores of truth: DynamoDB and the cluster.
     &["validate", "store", "cluster"],
-    // The one rule of a stack's life and its one removal path.
-    &["lifecycle"],
+    // The one rule of a stack's life and its one removal path; the images kept on the nodes.
+    &["lifecycle", "prepull"],
     // What the API does with stacks.
     &["stacks"],
     // What the reconciler does with all of them.

@@ -101,6 +101,8 @@ pub enum Action {
     Observe,
     /// Start and read batch deletes.
     BatchDelete,
+    /// Declare the images to pre-pull on the stack nodes.
+    Prepare,
 }
 
 /// What a key may do.
@@ -141,11 +143,11 @@ impl Role {
 
     /// The one table of what each role may do.
     pub fn may(self, action: Action) -> bool {
-        use Action::{BatchDelete, Change, Create, Observe, Read};
+        use Action::{BatchDelete, Change, Create, Observe, Prepare, Read};
         match self {
             Self::Owner => true,
             Self::Platform => matches!(action, Create | Read | Change),
-            Self::Operator => matches!(action, Read | Change | Observe | BatchDelete),
+            Self::Operator => matches!(action, Read | Change | Observe | BatchDelete | Prepare),
             Self::Viewer => matches!(action, Read | Observe),
         }
     }
@@ -440,10 +442,10 @@ mod tests {
     #[test]
     fn each_role_may_do_what_the_table_says() {
         use Action::*;
-        let all = [Create, Read, Change, Observe, BatchDelete];
+        let all = [Create, Read, Change, Observe, BatchDelete, Prepare];
         let allowed = |role: Role| all.iter().filter(|a| role.may(**a)).copied().collect::<Vec<_>>();
         assert_eq!(allowed(Role::Platform), [Create, Read, Change]);
-        assert_eq!(allowed(Role::Operator), [Read, Change, Observe, BatchDelete]);
+        assert_eq!(allowed(Role::Operator), [Read, Change, Observe, BatchDelete, Prepare]);
         assert_eq!(allowed(Role::Viewer), [Read, Observe]);
         assert_eq!(allowed(Role::Owner), all);
     }

@@ -196,6 +196,8 @@ export STACK_ENV_SLOW_REGISTRY='${SLOW_REGISTRY_PORT:+$HOST_IP:$SLOW_REGISTRY_PO
 export STACK_ALLOW_INGRESS_CIDRS='$HOST_IP/32'
 # Every stack waits until its isolation is enforced (the tcp image has busybox's sh and nc).
 export STACK_ISOLATION_CHECK_IMAGE='$HOST_IP:$REGISTRY_PORT/stack-env/tcp:1'
+# The pre-pull's pods run the sleep of the registry's static busybox in each image.
+export STACK_PREPULL_HELPER_IMAGE='$HOST_IP:$REGISTRY_PORT/stack-env/busybox:1'
 export STACK_ENV_REAL_NODES='${REAL_NODES:-0}'
 # A public address on this machine that the real nodes' stacks reach as they would the internet.
 export STACK_ENV_INTERNET_HOST='$( ((${REAL_NODES:-0} > 0)) && internet_host)'

@@ -61,6 +61,16 @@ pub struct Reply {
     pub json: Value,
 }
 
+impl Reply {
+    /// The `stack_id` of a created stack's answer.
+    pub fn stack_id(&self) -> String {
+        self.json["stack_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no stack_id in {}", self.json))
+            .to_owned()
+    }
+}
+
 impl ApiHarness {
     /// A harness with the defaults tests want: a fresh namespace (made by the API), a
     /// fresh table, API key `local-test-key`, stacks placed on the simulated nodes
@@ -156,6 +166,9 @@ impl ApiHarness {
             ("STACK_NODE_ROLE".into(), SIMULATED_ROLE.into()),
             // No kube-proxy serves the simulated nodes.
             ("STACK_PROXY_SYNC".into(), "0s".into()),
+            // Each harness its own pre-pull, which keeps nothing unless its test declares it.
+            ("STACK_PREPULL_NAMESPACE".into(), prepull_namespace(&namespace)),
+            ("STACK_PREPULL_IN_USE".into(), "false".into()),
         ]);
         for (k, v) in overrides {
             vars.insert((*k).into(), (*v).into());
@@ -181,6 +194,15 @@ impl ApiHarness {
 
     pub async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Reply {
         self.call_as(API_KEY, method, path, body).await
+    }
+
+    /// `method` on every path of `paths` at once; the replies in the paths' order.
+    pub async fn call_each(&self, method: Method, paths: impl IntoIterator<Item = String>) -> Vec<Reply> {
+        let calls = paths.into_iter().map(|path| {
+            let method = method.clone();
+            async move { self.call(method, &path, None).await }
+        });
+        futures::future::join_all(calls).await
     }
 
     /// [`call`](Self::call) with another key.
@@ -214,6 +236,13 @@ impl ApiHarness {
             Some(serde_json::json!({ "pod_spec": manifest, "target_port": target_port })),
         )
         .await
+    }
+
+    /// Creates a stack of [`WEB_POD`] on port 80 and asserts it was created (201).
+    pub async fn create_web(&self) -> Reply {
+        let created = self.create(WEB_POD, serde_json::json!(80)).await;
+        assert_eq!(created.status, 201, "{}", created.json);
+        created
     }
 
     /// Creates `n` small stacks ([`WEB_POD`]) at once; their ids. A create refused with 503
@@ -296,13 +325,27 @@ impl ApiHarness {
             .records
     }
 
+    /// The ids of the stacks' records, oldest first, in the collection the caller names.
+    pub async fn record_ids<C: FromIterator<String>>(&self) -> C {
+        self.records().await.iter().map(|r| r.stack_id.to_string()).collect()
+    }
+
     /// Removes the harness's namespace (and so its pods and services) and table.
     pub async fn finish(self) {
         let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(self.env.kube.clone());
-        let _ = namespaces
-            .delete(&self.namespace, &kube::api::DeleteParams::background())
-            .await;
+        for namespace in [self.namespace.clone(), prepull_namespace(&self.namespace)] {
+            let _ = namespaces
+                .delete(&namespace, &kube::api::DeleteParams::background())
+                .await;
+        }
         let _ = self.table.delete().await;
+    }
+
+    /// [`assert_nothing_left`](Self::assert_nothing_left), then [`finish`](Self::finish): how a
+    /// test that cleans up after itself ends.
+    pub async fn finish_asserting_nothing_left(self) {
+        self.assert_nothing_left().await;
+        self.finish().await;
     }
 
     /// Asserts that no pod, service, record or idempotency key of ours is left (a pod being
@@ -371,4 +414,9 @@ pub async fn kube_config(env: &TestEnv) -> kube::Config {
 
 fn managed() -> ListParams {
     ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"))
+}
+
+/// The pre-pull namespace of a test's stack namespace.
+pub fn prepull_namespace(namespace: &str) -> String {
+    format!("{namespace}-pp")
 }

@@ -17,6 +17,7 @@ pub mod participant;
 pub mod pass_process;
 pub mod proc_status;
 pub mod reconciler;
+pub mod registry_tags;
 pub mod stalling_proxy;
 pub mod tenants;
 pub mod throttled_registry;

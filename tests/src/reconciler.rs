@@ -87,6 +87,11 @@ pub fn reconciler_config(namespace: &str, table: &str, overrides: &[(&str, &str)
         ("DDB_STACK_TABLE".into(), table.to_owned()),
         ("STACK_NODE_ROLE".into(), SIMULATED_ROLE.into()),
         ("STACK_PROXY_SYNC".into(), "0s".into()),
+        (
+            "STACK_PREPULL_NAMESPACE".into(),
+            crate::api::prepull_namespace(namespace),
+        ),
+        ("STACK_PREPULL_IN_USE".into(), "false".into()),
     ]);
     for (k, v) in overrides {
         vars.insert((*k).into(), (*v).into());

@@ -35,10 +35,6 @@ fn create_request(key: Option<&str>) -> Request<Body> {
         .expect("request")
 }
 
-fn stack_id(reply: &Reply) -> String {
-    reply.json["stack_id"].as_str().expect("stack_id").to_owned()
-}
-
 /// Only what clients can act on: success, or a 503 that tells them when to retry.
 fn assert_created_or_retry_later(reply: &Reply) {
     match reply.status {
@@ -69,12 +65,7 @@ async fn assert_only_acknowledged_stacks_exist(api: &ApiHarness, acknowledged: &
         acknowledged.len(),
         "services other than the acknowledged stacks"
     );
-    let records: HashSet<String> = api
-        .records()
-        .await
-        .into_iter()
-        .map(|r| r.stack_id.to_string())
-        .collect();
+    let records: HashSet<String> = api.record_ids().await;
     assert_eq!(&records, acknowledged, "records other than the acknowledged stacks");
 }
 
@@ -88,29 +79,20 @@ async fn idle_gaps_near_the_read_timeout_answer_no_error() {
     }
     // Gaps just under the Kubernetes client's 5 s read timeout: a pooled connection idle that
     // long must still carry the next call (the timeout counts from the request, not the gap).
-    let api_ref = &api;
+    let ids: Vec<String> = created.iter().map(Reply::stack_id).collect();
     for gap_ms in [4900, 4950, 4975, 4990] {
         tokio::time::sleep(Duration::from_millis(gap_ms)).await;
-        let reads = created.iter().map(|r| async move {
-            api_ref
-                .call(Method::GET, &format!("/stacks/{}/status", stack_id(r)), None)
-                .await
-        });
-        for reply in futures::future::join_all(reads).await {
+        let statuses = ids.iter().map(|id| format!("/stacks/{id}/status"));
+        for reply in api.call_each(Method::GET, statuses).await {
             assert_eq!(reply.status, 200, "after {gap_ms} ms idle: {}", reply.json);
         }
     }
     tokio::time::sleep(Duration::from_millis(4600)).await;
-    let deletes = created.iter().map(|r| async move {
-        api_ref
-            .call(Method::DELETE, &format!("/stacks/{}", stack_id(r)), None)
-            .await
-    });
-    for reply in futures::future::join_all(deletes).await {
+    let stacks = ids.iter().map(|id| format!("/stacks/{id}"));
+    for reply in api.call_each(Method::DELETE, stacks).await {
         assert_eq!(reply.status, 200, "after an idle gap: {}", reply.json);
     }
-    api.assert_nothing_left().await;
-    api.finish().await;
+    api.finish_asserting_nothing_left().await;
 }
 
 #[tokio::test]
@@ -124,7 +106,7 @@ async fn a_burst_past_the_in_flight_bound_is_shed_before_anything_is_made() {
     for reply in &replies {
         assert_created_or_retry_later(reply);
         if reply.status == 201 {
-            acknowledged.insert(stack_id(reply));
+            acknowledged.insert(reply.stack_id());
         } else if reply.json["error"]
             .as_str()
             .is_some_and(|m| m.contains("too many creates in flight"))
@@ -173,7 +155,7 @@ async fn creates_across_an_outage_of(component: &str) {
     let after = api.send(create_request(Some(&format!("{component}-after")))).await;
     assert_eq!(after.status, 201, "{}", after.json);
     let status = api
-        .call(Method::GET, &format!("/stacks/{}/status", stack_id(&after)), None)
+        .call(Method::GET, &format!("/stacks/{}/status", after.stack_id()), None)
         .await;
     assert_eq!(status.status, 200, "{}", status.json);
     api.finish().await;
@@ -195,7 +177,7 @@ async fn reads_and_deletes_during_an_apiserver_outage_answer_503_and_keep_the_st
     let api = ApiHarness::start().await;
     let created = api.send(create_request(None)).await;
     assert_eq!(created.status, 201, "{}", created.json);
-    let id = stack_id(&created);
+    let id = created.stack_id();
     let process = Component::find(&api.env.settings, "kube-apiserver").expect("apiserver pid");
     let paused = process.pause().expect("SIGSTOP");
     let status = api.call(Method::GET, &format!("/stacks/{id}/status"), None).await;
@@ -208,8 +190,7 @@ async fn reads_and_deletes_during_an_apiserver_outage_answer_503_and_keep_the_st
     // The failed delete kept the record, so the stack can still be deleted (or reconciled).
     let again = api.call(Method::DELETE, &format!("/stacks/{id}"), None).await;
     assert_eq!(again.status, 200, "{}", again.json);
-    api.assert_nothing_left().await;
-    api.finish().await;
+    api.finish_asserting_nothing_left().await;
 }
 
 /// kwok stopped, so the scheduler binds the pod and nobody starts it: the create waits for
@@ -246,6 +227,5 @@ async fn a_pod_deleted_while_its_create_waits_for_it_is_503_and_nothing_is_left(
     assert!(created.headers.contains_key("retry-after"), "503 without Retry-After");
     let message = created.json["error"].as_str().unwrap_or_default();
     assert!(message.contains("deleted while"), "{}", created.json);
-    api.assert_nothing_left().await;
-    api.finish().await;
+    api.finish_asserting_nothing_left().await;
 }

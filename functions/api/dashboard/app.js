@@ -273,11 +273,13 @@ function fmtBytes(b) {
 }
 const pct = (a, b) => (b > 0 ? Math.min(100, Math.round((a / b) * 100)) : 0);
 
-function bar(used, total, label) {
+// A share of a total; near full is a warning, unless full is the goal (`fullIsGood`).
+function bar(used, total, label, fullIsGood = false) {
   const p = pct(used, total);
   const inner = el("span");
   inner.style.width = p + "%";
-  return el("span", {}, el("span", { class: "bar" + (p >= 90 ? " high" : "") }, inner), label);
+  const tone = fullIsGood ? (p >= 100 ? " done" : "") : (p >= 90 ? " high" : "");
+  return el("span", {}, el("span", { class: "bar" + tone }, inner), label);
 }
 
 function challengeOf(s) {
@@ -288,6 +290,7 @@ function render() {
   renderPager();
   renderCards();
   renderNodes();
+  renderImages();
   renderHistoryNotes();
   if (!historyHidden()) {
     renderChart();
@@ -367,6 +370,32 @@ function renderNodes() {
       el("td", {}, bar(n.reserved_memory_bytes, n.allocatable_memory_bytes, `${fmtBytes(n.reserved_memory_bytes)} / ${fmtBytes(n.allocatable_memory_bytes)}`))));
   if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: "4" }, "No stack node (nodes labelled with STACK_NODE_ROLE).")));
   $("nodes").tBodies[0].replaceChildren(...rows);
+}
+
+// The start gun's go/no-go: each image the pre-pull keeps, on how many stack nodes, which
+// still pull it and which cannot (a missing tag is shown, not retried).
+function renderImages() {
+  const r = state.stats.images;
+  const value = $("stat-images");
+  value.classList.toggle("bad", !!r && !r.go);
+  if (!r) {
+    value.textContent = "unknown";
+    $("stat-images-why").textContent = "the pre-pull could not be read";
+    $("images-summary").textContent = "The pre-pull could not be read.";
+    $("images").tBodies[0].replaceChildren();
+    return;
+  }
+  value.textContent = r.images.length ? (r.go ? "go" : "no-go") : "none declared";
+  $("stat-images-why").textContent = r.summary;
+  $("images-summary").textContent = r.summary;
+  const rows = r.images.map(i => el("tr", {},
+    el("td", { class: "mono" }, i.image),
+    el("td", {}, bar(i.ready, r.nodes, `${i.ready} / ${r.nodes}`, true)),
+    el("td", { class: "mono" }, i.pulling.join(", ")),
+    el("td", { class: i.failed ? "status failed" : "" },
+      i.failed ? `${i.failed.reason}: ${i.failed.message}` : (i.retrying || ""))));
+  if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: "4" }, "No image declared (PUT /prepull, STACK_PREPULL_IMAGES) and none in use.")));
+  $("images").tBodies[0].replaceChildren(...rows);
 }
 
 const SVG = "http://www.w3.org/2000/svg";

@@ -56,7 +56,8 @@ fn action_of(method: &Method, route: &str) -> Action {
         (&Method::POST, "/stacks") => Action::Create,
         (&Method::DELETE, "/stacks/{stack_id}") | (&Method::POST, "/stacks/{stack_id}/renew") => Action::Change,
         (_, "/stacks/batch-delete" | "/stacks/batch-delete/{job_id}") => Action::BatchDelete,
-        (_, "/stats" | "/history" | "/preflight") => Action::Observe,
+        (&Method::PUT, "/prepull") => Action::Prepare,
+        (_, "/stats" | "/history" | "/preflight" | "/prepull") => Action::Observe,
         _ => Action::Read,
     }
 }
@@ -105,6 +106,8 @@ mod tests {
             (Method::GET, "/stats", Action::Observe),
             (Method::GET, "/history", Action::Observe),
             (Method::POST, "/preflight", Action::Observe),
+            (Method::GET, "/prepull", Action::Observe),
+            (Method::PUT, "/prepull", Action::Prepare),
             (Method::GET, "/healthz", Action::Read),
             (Method::GET, "/identity", Action::Read),
         ];

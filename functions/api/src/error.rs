@@ -4,7 +4,7 @@ use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
-use stack_core::{ErrorClass, StackError};
+use stack_core::{ErrorClass, StackError, error_chain};
 
 /// Seconds a client is asked to wait after a 503.
 const RETRY_AFTER_SECS: &str = "5";
@@ -52,29 +52,17 @@ impl From<StackError> for ApiError {
         let status = status_of(err.class());
         match (&err, status) {
             (_, StatusCode::INTERNAL_SERVER_ERROR) => {
-                tracing::error!(error = %chain(&err), "request failed");
+                tracing::error!(error = %error_chain(&err), "request failed");
                 // Internal details stay in the log.
                 Self::new(status, "internal error")
             }
             (StackError::Store(_) | StackError::Cluster(_), _) => {
-                tracing::warn!(error = %chain(&err), "dependency unavailable");
+                tracing::warn!(error = %error_chain(&err), "dependency unavailable");
                 Self::new(status, format!("cluster busy: {err}, retry"))
             }
             _ => Self::new(status, err.to_string()),
         }
     }
-}
-
-/// An error with its causes, for the log: `a: b: c`.
-fn chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 impl IntoResponse for ApiError {

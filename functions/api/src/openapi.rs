@@ -13,7 +13,7 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityScheme};
 use utoipa::openapi::{Content, Header, Ref, RefOr};
 use utoipa::{IntoResponses, Modify, OpenApi, ToSchema};
 
-use crate::routes::{batch, dashboard, health, history, identity, preflight, stacks};
+use crate::routes::{batch, dashboard, health, history, identity, preflight, prepull, stacks};
 
 /// Every error: `{"error": "<message>"}`.
 #[derive(Serialize, ToSchema)]
@@ -146,6 +146,15 @@ pub struct PreflightRequest {
     pub tenant: Option<String>,
 }
 
+/// `PUT /prepull`: the images to keep on every stack node; unknown fields are ignored.
+#[derive(Serialize, ToSchema)]
+#[schema(example = json!({"images": ["registry.example.com/ctf/web:1", "registry.example.com/ctf/pwn:3"]}))]
+pub struct PrepullRequest {
+    /// At most 200 (`MAX_PREPULL_IMAGES`), each allowed as a manifest's image would be.
+    #[schema(max_items = 200)]
+    pub images: Vec<String>,
+}
+
 /// Stacks of one manifest, shaped as a create body.
 #[derive(Serialize, ToSchema)]
 pub struct ExpectedStacksItem {
@@ -175,7 +184,7 @@ impl Modify for ApiKeyScheme {
             or host ports). Every route but /openapi.json and /dashboard needs the key in `X-API-KEY`. \
             A key belongs to one tenant (or, for operator and viewer keys, every tenant) and has a role: \
             `platform` (create, read, renew, delete), `operator` (read, renew, delete, stats, history, batch \
-            delete), `viewer` (read, stats, history) or `owner` (all; the key of a single-key deployment). \
+            delete, the images to pre-pull), `viewer` (read, stats, history, the pre-pull's readiness) or `owner` (all; the key of a single-key deployment). \
             A route the role may not use answers 403; a stack or job of another tenant answers 404, \
             exactly as one that does not exist. `GET /identity` tells a key what it is.",
     ),
@@ -193,6 +202,8 @@ impl Modify for ApiKeyScheme {
         history::history,
         identity::identity,
         preflight::preflight,
+        prepull::readiness,
+        prepull::declare,
         dashboard::page,
         openapi_json,
     ),
@@ -240,6 +251,7 @@ mod tests {
             "/history",
             "/identity",
             "/preflight",
+            "/prepull",
             "/dashboard",
             "/openapi.json",
         ] {

@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use crate::error::ApiError;
-use crate::routes::{batch, dashboard, health, history, identity, preflight, stacks};
+use crate::routes::{batch, dashboard, health, history, identity, preflight, prepull, stacks};
 use crate::state::AppState;
 use crate::{auth, deadline, request_log};
 
@@ -37,6 +37,7 @@ pub fn router(state: AppState) -> Router {
         .route("/history", get(history::history))
         .route("/identity", get(identity::identity))
         .route("/preflight", post(preflight::preflight))
+        .route("/prepull", get(prepull::readiness).put(prepull::declare))
         .route("/openapi.json", get(crate::openapi::openapi_json))
         .route("/dashboard", get(dashboard::page))
         .route("/dashboard/{file}", get(dashboard::file))

@@ -269,6 +269,25 @@ fn create_body(value: &Value) -> Result<CreateBody, ApiError> {
     Ok(CreateBody { pod_spec, target_ports })
 }
 
+/// Parses `PUT /prepull`'s `{"images": ["<reference>", ...]}`.
+pub fn parse_prepull_body(body: &[u8]) -> Result<Vec<String>, ApiError> {
+    let value: Value = serde_json::from_slice(body).map_err(|_| ApiError::invalid_json())?;
+    let images = value
+        .get("images")
+        .and_then(Value::as_array)
+        .ok_or_else(|| ApiError::bad_request("images is required (a list of image references)"))?;
+    images
+        .iter()
+        .enumerate()
+        .map(|(index, image)| {
+            image
+                .as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| ApiError::bad_request(format!("images[{index}] must be a string")))
+        })
+        .collect()
+}
+
 /// Parses `POST /preflight`'s `{"stacks": [{"count": N, "pod_spec": ..., "target_port": ...}],
 /// "opening_seconds": S, "tenant": "ctf"}` (each item shaped as a create body).
 pub fn parse_preflight_body(body: &[u8]) -> Result<EventPlan, ApiError> {

@@ -147,9 +147,10 @@ mod tests {
     use std::time::Duration;
 
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::TcpListener;
+    use tokio::net::{TcpListener, TcpStream};
 
     use super::*;
+    use crate::eks::test_support::get_version;
 
     /// A config for a plain-HTTP "apiserver" on `port`, with a bearer token and short timeouts.
     fn config(port: u16) -> kube::Config {
@@ -166,24 +167,25 @@ mod tests {
         (listener, port)
     }
 
-    async fn get_version(client: &kube::Client) -> Result<String, kube::Error> {
-        client
-            .request_text(Request::get("/version").body(Vec::new()).unwrap())
-            .await
+    /// Accepts one connection and reads (the start of) its request.
+    async fn accept_request(listener: TcpListener) -> (TcpStream, String) {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut request = vec![0; 4096];
+        let n = socket.read(&mut request).await.unwrap();
+        let text = String::from_utf8_lossy(&request[..n]).into_owned();
+        (socket, text)
     }
 
     #[tokio::test]
     async fn requests_carry_the_configs_credentials_to_its_server() {
         let (listener, port) = local_listener().await;
         let server = tokio::spawn(async move {
-            let (mut socket, _) = listener.accept().await.unwrap();
-            let mut request = vec![0; 4096];
-            let n = socket.read(&mut request).await.unwrap();
+            let (mut socket, request) = accept_request(listener).await;
             socket
                 .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
                 .await
                 .unwrap();
-            String::from_utf8_lossy(&request[..n]).to_lowercase()
+            request.to_lowercase()
         });
         let client = client_builder(&config(port)).unwrap().build();
         assert_eq!(get_version(&client).await.unwrap(), "ok");
@@ -215,9 +217,7 @@ mod tests {
     async fn a_call_unanswered_at_the_read_timeout_fails_while_its_connection_is_busy() {
         let (listener, port) = local_listener().await;
         let _trickling = tokio::spawn(async move {
-            let (mut socket, _) = listener.accept().await.unwrap();
-            let mut request = vec![0; 4096];
-            let _ = socket.read(&mut request).await.unwrap();
+            let (mut socket, _) = accept_request(listener).await;
             socket.write_all(b"HTTP/1.1 200 OK\r\nx-padding: ").await.unwrap();
             for _ in 0..600 {
                 tokio::time::sleep(Duration::from_millis(100)).await;

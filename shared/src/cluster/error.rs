@@ -10,6 +10,9 @@ pub enum ClusterError {
     /// Admission refused the object (LimitRange, Pod Security, validation): the input is at fault.
     #[error("{0}")]
     Rejected(String),
+    /// The object changed since it was read: read it again and redo the change.
+    #[error("the object changed meanwhile")]
+    Conflict,
     #[error("no available nodeport")]
     NodePortsExhausted,
     /// A guard rail the exposure mode needs is missing: the operator must act.
@@ -78,7 +81,7 @@ impl ClusterError {
 
     /// A dependency problem that may pass: the client is told to retry (503).
     pub(crate) fn is_transient(&self) -> bool {
-        matches!(self, ClusterError::Unavailable { .. })
+        matches!(self, ClusterError::Unavailable { .. } | ClusterError::Conflict)
     }
 }
 

@@ -8,11 +8,13 @@ mod health;
 mod isolation;
 mod namespace;
 mod node_addresses;
+mod node_images;
 mod nodeports;
 mod objects;
 mod placement;
 mod pod_metadata;
 mod pod_watch;
+mod prepull_objects;
 mod stack_nodes;
 
 use std::collections::HashSet;
@@ -29,13 +31,16 @@ pub use error::ClusterError;
 pub(crate) use error::ProtobufError;
 #[cfg(test)]
 pub(crate) use health::kubelet;
-pub(crate) use health::{PodHealth, Rejection, pod_health};
+pub(crate) use health::{ImagePull, PodHealth, Rejection, image_pull, pod_health};
 pub(crate) use namespace::{IsolationReport, NamespacePolicy};
+pub(crate) use node_images::{holds_image, image_names};
 pub(crate) use objects::{stack_service, with_host_ports};
 pub use placement::node_external_ip;
 pub(crate) use placement::{
-    Scheduling, has_role, is_port_conflict, is_ready, is_schedulable_stack_node, scheduling_of,
+    Scheduling, has_role, has_startup_taint, is_port_conflict, is_ready, is_schedulable_stack_node, is_stack_node_up,
+    scheduling_of,
 };
+pub(crate) use prepull_objects::{PREPULL_NAME, PrepullObjects};
 pub(crate) use stack_nodes::{STACK_NODES_TTL, StackNode};
 
 use crate::model::{Exposure, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PortMapping, STACK_ID_LABEL, StackId, TargetPort};

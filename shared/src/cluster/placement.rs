@@ -3,6 +3,8 @@
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 
+use crate::model::STARTUP_TAINT;
+
 /// Where the scheduler stands with a pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Scheduling {
@@ -61,10 +63,24 @@ pub(crate) fn has_role(node: &Node, role: &str) -> bool {
         .is_some_and(|v| v == role)
 }
 
-/// A node stacks may be placed on now: labelled with the role, Ready, not cordoned.
+/// A node stacks may be placed on now: a stack node that is up and no longer waits for its
+/// images (the startup taint).
 pub(crate) fn is_schedulable_stack_node(node: &Node, role: &str) -> bool {
+    is_stack_node_up(node, role) && !has_startup_taint(node)
+}
+
+/// Labelled with the role, Ready, not cordoned: a node the pre-pull serves, joining or not.
+pub(crate) fn is_stack_node_up(node: &Node, role: &str) -> bool {
     let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
     has_role(node, role) && !cordoned && is_ready(node)
+}
+
+/// The node still carries [`STARTUP_TAINT`]: it waits for the pre-pull.
+pub(crate) fn has_startup_taint(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|taints| taints.iter().any(|t| t.key == STARTUP_TAINT))
 }
 
 /// The node's Ready condition is `True`.
@@ -154,5 +170,23 @@ mod tests {
         };
         assert_eq!(node_external_ip(&node).as_deref(), Some("203.0.113.7"));
         assert_eq!(node_external_ip(&Node::default()), None);
+    }
+
+    #[test]
+    fn a_node_waiting_for_its_images_is_up_but_takes_no_stack() {
+        let mut node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n1", "labels": {"role": "stack"}},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        }))
+        .unwrap();
+        assert!(is_schedulable_stack_node(&node, "stack"));
+        node.spec.get_or_insert_default().taints = Some(vec![k8s_openapi::api::core::v1::Taint {
+            key: STARTUP_TAINT.into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        }]);
+        assert!(has_startup_taint(&node));
+        assert!(is_stack_node_up(&node, "stack"));
+        assert!(!is_schedulable_stack_node(&node, "stack"));
     }
 }

@@ -3,6 +3,8 @@
 //! and the taint of dedicated stack nodes (`STACK_NODE_TAINT`). Parsed here; the validator
 //! applies them.
 
+use k8s_openapi::api::core::v1::Toleration;
+
 use crate::kube_names::{is_label_value, is_qualified_name};
 
 /// Always dropped, whatever the profile: raw sockets allow spoofing on the node network.
@@ -147,6 +149,20 @@ pub struct NodeTaint {
     pub value: Option<String>,
     /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
     pub effect: String,
+}
+
+impl NodeTaint {
+    /// The toleration every stack pod (and the pre-pull's) gets: any value of the key when the
+    /// taint has none, forever (no `tolerationSeconds`) under `NoExecute`.
+    pub(crate) fn toleration(&self) -> Toleration {
+        Toleration {
+            key: Some(self.key.clone()),
+            operator: Some(if self.value.is_some() { "Equal" } else { "Exists" }.into()),
+            value: self.value.clone(),
+            effect: Some(self.effect.clone()),
+            toleration_seconds: None,
+        }
+    }
 }
 
 /// kubectl taint's syntax: `key=value:Effect` or `key:Effect`.

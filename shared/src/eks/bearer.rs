@@ -101,7 +101,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::eks::test_support::CountingProvider;
+    use crate::eks::test_support::{CountingProvider, get_version};
     use aws_credential_types::provider::SharedCredentialsProvider;
     use std::convert::Infallible;
     use std::sync::Mutex;
@@ -130,18 +130,12 @@ mod tests {
         (client, seen)
     }
 
-    async fn get(client: &kube::Client) -> Result<String, kube::Error> {
-        client
-            .request_text(Request::get("/version").body(Vec::new()).unwrap())
-            .await
-    }
-
     #[tokio::test]
     async fn every_request_carries_the_same_cached_token() {
         let provider = CountingProvider::default();
         let (client, seen) = client(&provider);
-        assert_eq!(get(&client).await.unwrap(), "ok");
-        assert_eq!(get(&client).await.unwrap(), "ok");
+        assert_eq!(get_version(&client).await.unwrap(), "ok");
+        assert_eq!(get_version(&client).await.unwrap(), "ok");
         let seen = seen.lock().unwrap().clone();
         assert_eq!(seen.len(), 2);
         let first = seen[0].clone().expect("authorization header");
@@ -155,7 +149,7 @@ mod tests {
         let provider = CountingProvider::default();
         provider.fail.store(true, Ordering::SeqCst);
         let (client, seen) = client(&provider);
-        let err = get(&client).await.unwrap_err();
+        let err = get_version(&client).await.unwrap_err();
         assert!(err.to_string().contains("credentials"), "{err}");
         assert!(
             seen.lock().unwrap().is_empty(),
@@ -163,7 +157,7 @@ mod tests {
         );
 
         provider.fail.store(false, Ordering::SeqCst);
-        assert_eq!(get(&client).await.unwrap(), "ok");
+        assert_eq!(get_version(&client).await.unwrap(), "ok");
         assert_eq!(seen.lock().unwrap().len(), 1);
     }
 }

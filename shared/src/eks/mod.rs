@@ -7,7 +7,7 @@ mod bearer;
 mod cluster;
 mod error;
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;
 mod token;
 mod token_source;
 

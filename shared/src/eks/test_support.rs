@@ -1,4 +1,4 @@
-//! Test doubles shared by the eks module's tests.
+//! Test doubles shared by the eks module's tests (and the cluster client's).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -6,6 +6,13 @@ use std::time::SystemTime;
 
 use aws_credential_types::Credentials;
 use aws_credential_types::provider::{ProvideCredentials, error::CredentialsError, future};
+
+/// `GET /version` through `client`, the smallest call a test of a client's plumbing can make.
+pub(crate) async fn get_version(client: &kube::Client) -> Result<String, kube::Error> {
+    client
+        .request_text(http::Request::get("/version").body(Vec::new()).unwrap())
+        .await
+}
 
 /// Hands out numbered credentials (or fails while `fail` is set) and counts how often it was asked.
 #[derive(Debug, Clone, Default)]

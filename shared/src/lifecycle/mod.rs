@@ -356,6 +356,7 @@ mod tests {
             object: object(created_secs_ago),
             health,
             scheduling,
+            images: Vec::new(),
         }
     }
 

@@ -211,6 +211,14 @@ mod tests {
     }
 
     impl Fake {
+        /// A fake whose every call takes `delay`.
+        fn slow(delay: Duration) -> Self {
+            Self {
+                delay,
+                ..Self::default()
+            }
+        }
+
         async fn call(&self, what: String) -> Result<(), RemoveError> {
             let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
             self.max_in_flight.fetch_max(now, Ordering::SeqCst);
@@ -509,10 +517,7 @@ mod tests {
 
     #[tokio::test]
     async fn concurrency_is_bounded() {
-        let fake = Fake {
-            delay: Duration::from_millis(5),
-            ..Fake::default()
-        };
+        let fake = Fake::slow(Duration::from_millis(5));
         let actions: Vec<Action> = (0..40).map(update).collect();
         let tally = go(&fake, actions, limits(4)).await;
         assert_eq!(tally.status_updates, 40);
@@ -540,10 +545,7 @@ mod tests {
 
     #[tokio::test]
     async fn work_stops_when_the_budget_runs_out() {
-        let fake = Fake {
-            delay: Duration::from_millis(20),
-            ..Fake::default()
-        };
+        let fake = Fake::slow(Duration::from_millis(20));
         let actions: Vec<Action> = (0..100).map(update).collect();
         let budget = Limits {
             concurrency: 2,

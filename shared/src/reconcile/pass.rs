@@ -1,5 +1,6 @@
 //! One reconcile pass: lease, inventory, plan, apply, release.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -92,6 +93,7 @@ async fn reconcile(reconciler: &Reconciler, stop_at: Instant) -> Result<(Summary
     // that raced the read cannot be undone by this pass.
     let now = Timestamp::now();
     let inventory = take_inventory(stacks.store(), stacks.cluster(), &stacks.config().tenants).await?;
+    let in_use: BTreeSet<String> = inventory.pods.iter().flat_map(|p| p.images.iter().cloned()).collect();
     let mut history = PassSnapshot::observed(now, &inventory.records);
     let plan = plan(inventory, now, &reconciler.plan);
     history.count_removals(&plan.actions);
@@ -106,6 +108,7 @@ async fn reconcile(reconciler: &Reconciler, stop_at: Instant) -> Result<(Summary
         stop_at,
     };
     let tally = apply(stacks, plan.actions, limits, now).await;
+    keep_images(stacks, &in_use, now).await;
     let summary = Summary {
         lease_held: true,
         scanned: plan.scanned,
@@ -117,6 +120,24 @@ async fn reconcile(reconciler: &Reconciler, stop_at: Instant) -> Result<(Summary
         duration_ms: 0,
     };
     Ok((summary, history))
+}
+
+/// The pre-pull's share of the pass; a failure waits for the next pass (the images on the
+/// nodes stay where they are meanwhile).
+async fn keep_images(stacks: &Stacks, in_use: &BTreeSet<String>, now: Timestamp) {
+    let kept = match stacks.cluster().list_nodes().await {
+        Ok(nodes) => stacks.prepull().keep(in_use, &nodes, now).await,
+        Err(err) => Err(err),
+    };
+    match kept {
+        Ok(kept) => tracing::info!(
+            images = kept.images,
+            failed = kept.failed,
+            untainted = kept.untainted.len(),
+            "pre-pull kept"
+        ),
+        Err(err) => tracing::warn!(error = %err, "the pre-pull could not be kept this pass"),
+    }
 }
 
 /// One small item for the dashboard's charts; a failure only costs a point on a chart.

@@ -121,6 +121,16 @@ mod tests {
         );
     }
 
+    /// `field` of every metric the EMF directive declares, in order.
+    fn metric_fields<'a>(directive: &'a Value, field: &str) -> Vec<&'a str> {
+        directive["Metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m[field].as_str().unwrap())
+            .collect()
+    }
+
     #[test]
     fn emf_document_declares_and_carries_every_metric() {
         let at: Timestamp = "2030-01-01T00:00:00Z".parse().unwrap();
@@ -130,12 +140,7 @@ mod tests {
         assert_eq!(directive["Namespace"], json!("StackProvisioner"));
         assert_eq!(directive["Dimensions"], json!([["Function"]]));
         assert_eq!(doc["Function"], json!("reconciler"));
-        let declared: Vec<&str> = directive["Metrics"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|m| m["Name"].as_str().unwrap())
-            .collect();
+        let declared = metric_fields(directive, "Name");
         for name in declared.iter() {
             assert!(doc[name].is_u64(), "{name} declared but has no value");
         }
@@ -152,12 +157,7 @@ mod tests {
             assert!(declared.contains(&name), "{name} not declared");
             assert_eq!(doc[name], json!(want), "{name}");
         }
-        let units: Vec<&str> = directive["Metrics"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|m| m["Unit"].as_str().unwrap())
-            .collect();
+        let units = metric_fields(directive, "Unit");
         assert_eq!(units.iter().filter(|u| **u == "Milliseconds").count(), 1);
         assert_eq!(Summary::skipped(3).emf(at)["Skipped"], json!(1));
     }

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use super::capacity::{Capacity, NodeCapacity};
 use super::forecast::{Expected, Forecast, NodeRoom, Room, forecast};
 use super::{StackError, Stacks};
-use crate::cluster::is_schedulable_stack_node;
+use crate::cluster::{image_names, is_schedulable_stack_node};
 use crate::model::{StackId, TargetPort};
 use crate::quantity::parse_bytes;
 use crate::tenancy::{Scope, TenantId};
@@ -141,10 +141,7 @@ fn node_room(node: &Node, capacity: &Capacity) -> Option<NodeRoom> {
         // A quantity like any other (kwok's nodes say `1k`).
         .and_then(|q| parse_bytes(&q.0).ok())
         .unwrap_or(0);
-    let images = status
-        .and_then(|s| s.images.as_ref())
-        .map(|images| images.iter().flat_map(|i| i.names.iter().flatten().cloned()).collect())
-        .unwrap_or_default();
+    let images = image_names(node);
     let NodeCapacity {
         allocatable_cpu_milli,
         allocatable_memory_bytes,

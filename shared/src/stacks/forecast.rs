@@ -19,6 +19,8 @@ use std::collections::BTreeSet;
 
 use serde::Serialize;
 
+use crate::cluster::holds_image;
+
 /// Stacks of one manifest an event expects.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Expected {
@@ -205,7 +207,7 @@ fn images(expected: &[Expected], nodes: &[NodeRoom]) -> Check {
         .collect();
     let mut missing = Vec::new();
     for image in &wanted {
-        let holding = nodes.iter().filter(|n| holds(n, image)).count();
+        let holding = nodes.iter().filter(|n| holds_image(&n.images, image)).count();
         if holding < nodes.len() || nodes.is_empty() {
             missing.push(format!("{image} on {holding} of {} nodes", nodes.len()));
         }
@@ -221,27 +223,6 @@ fn images(expected: &[Expected], nodes: &[NodeRoom]) -> Check {
         verdict.detail = format!("missing: {}", missing.join(", "));
     }
     verdict
-}
-
-/// Whether `node` holds `image` as a manifest names it (`busybox`, `docker.io/library/busybox:latest`).
-fn holds(node: &NodeRoom, image: &str) -> bool {
-    let tagged = if image
-        .rsplit('/')
-        .next()
-        .is_some_and(|last| last.contains(':') || last.contains('@'))
-    {
-        image.to_owned()
-    } else {
-        format!("{image}:latest")
-    };
-    let docker_hub = match tagged.split_once('/') {
-        None => format!("docker.io/library/{tagged}"),
-        Some((first, _)) if !first.contains('.') && !first.contains(':') && first != "localhost" => {
-            format!("docker.io/{tagged}")
-        }
-        Some(_) => tagged.clone(),
-    };
-    node.images.contains(image) || node.images.contains(&tagged) || node.images.contains(&docker_hub)
 }
 
 #[cfg(test)]
@@ -331,21 +312,5 @@ mod tests {
         assert!(verdict(&f, "cpu").go);
         let placement = verdict(&f, "placement");
         assert!(!placement.go && placement.detail.contains("0 of 1"), "{placement:?}");
-    }
-
-    #[test]
-    fn images_match_as_the_kubelet_names_them() {
-        let n = node(
-            "a",
-            1,
-            1,
-            1,
-            &["docker.io/library/busybox:latest", "registry.example/x@sha256:ab"],
-        );
-        assert!(holds(&n, "busybox"));
-        assert!(holds(&n, "docker.io/library/busybox:latest"));
-        assert!(holds(&n, "registry.example/x@sha256:ab"));
-        assert!(!holds(&n, "busybox:1.36"));
-        assert!(!holds(&n, "registry.example/x:1"));
     }
 }

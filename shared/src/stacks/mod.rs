@@ -9,6 +9,7 @@ mod fit;
 mod forecast;
 mod load_shed;
 pub(crate) mod preflight;
+mod prepull;
 mod read;
 mod tenant_limit;
 
@@ -21,6 +22,7 @@ pub use batch::MAX_BATCH_IDS;
 pub use create::{CreateOutcome, CreateRequest};
 pub use event::{EventPlan, ExpectedStacks};
 pub use forecast::Forecast;
+pub use prepull::MAX_PREPULL_IMAGES;
 pub use read::Stats;
 
 use crate::cluster::{self, Cluster, ClusterError, NamespacePolicy, PodDeletion, PortPolicy};
@@ -29,6 +31,7 @@ use crate::history::RefusalReason;
 use crate::lifecycle::end::{ObjectKind, RecordWrite, RemoveError, StackRemover, delete_objects};
 use crate::lifecycle::{Removal, RemovalReason, end_stack};
 use crate::model::{ObservedState, StackId, StackRecord};
+use crate::prepull::Prepull;
 use crate::store::{Manifest, Store, StoreError, Unreadable, UnstorableManifest};
 use crate::tenancy::{Scope, TenantId};
 use crate::validate::Rejection;
@@ -161,6 +164,7 @@ pub struct Stacks {
     config: Arc<Config>,
     store: Store,
     cluster: Cluster,
+    prepull: Prepull,
     create_slots: load_shed::CreateSlots,
 }
 
@@ -168,6 +172,7 @@ impl Stacks {
     pub fn new(config: Arc<Config>, store: Store, cluster: Cluster) -> Self {
         let create_slots = load_shed::CreateSlots::new(config.create_concurrency, config.create_queue_wait);
         Self {
+            prepull: Prepull::new(cluster.client().clone(), &config),
             config,
             store,
             cluster,
@@ -213,6 +218,10 @@ impl Stacks {
 
     pub fn cluster(&self) -> &Cluster {
         &self.cluster
+    }
+
+    pub(crate) fn prepull(&self) -> &Prepull {
+        &self.prepull
     }
 
     /// Extends the stack's TTL to now + `STACK_TTL`, capped at its maximum lifetime. A failed

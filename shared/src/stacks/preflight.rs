@@ -12,6 +12,7 @@ use std::error::Error as _;
 use crate::cluster::{Cluster, ClusterError};
 use crate::config::Config;
 use crate::store::{Store, StoreError};
+use crate::telemetry::error_chain;
 
 /// Why the configured table or cluster cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -20,7 +21,7 @@ pub enum PreflightError {
     Table { table: String, source: StoreError },
     #[error("no Kubernetes cluster for {cluster}: nothing listens at its apiserver's address (connection refused)")]
     NoCluster { cluster: String, source: ClusterError },
-    #[error("the Kubernetes cluster of {cluster} refuses the functions: {}", chain(.source))]
+    #[error("the Kubernetes cluster of {cluster} refuses the functions: {}", error_chain(.source))]
     ClusterRefused { cluster: String, source: ClusterError },
 }
 
@@ -68,18 +69,6 @@ fn refuses_connections(err: &ClusterError) -> bool {
         cause = error.source();
     }
     false
-}
-
-/// An error and its causes on one line: the apiserver's own words are in a cause.
-fn chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut cause = err.source();
-    while let Some(error) = cause {
-        text.push_str(": ");
-        text.push_str(&error.to_string());
-        cause = error.source();
-    }
-    text
 }
 
 /// Where the configuration says the cluster is, for the message.

@@ -15,6 +15,7 @@ use crate::lifecycle::end::{RecordWrite, StackRemover};
 use crate::lifecycle::views::{NodeView, PodView, ServiceView};
 use crate::lifecycle::{Removal, Rules, StackObjects, Verdict, judge};
 use crate::model::{STACK_ID_LABEL, StackId, StackRecord, StackUsage};
+use crate::prepull::Readiness;
 use crate::store::{ListCursor, Manifest};
 use crate::tenancy::{Scope, TenantId};
 
@@ -49,6 +50,8 @@ pub struct Stats {
     /// For a key of one tenant: that tenant, its limit and the stacks it holds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tenant: Option<TenantStats>,
+    /// The pre-pulled images on the stack nodes (`null` when they could not be read).
+    pub images: Option<Readiness>,
 }
 
 /// A tenant's share: the most stacks it may hold (`null`: no limit of its own) and how many
@@ -86,6 +89,7 @@ impl Stats {
             capacity,
             isolation: None,
             tenant: None,
+            images: None,
         }
     }
 }
@@ -271,14 +275,14 @@ impl Stacks {
                 stats
             }
         };
-        // The counts stay readable while the check cannot run; the dashboard says "unknown".
-        stats.isolation = match self.cluster.isolation().await {
-            Ok(report) => Some(report),
-            Err(err) => {
-                tracing::warn!(error = %err, "the isolation could not be checked for /stats");
-                None
-            }
-        };
+        // The counts stay readable while these cannot be read; the dashboard says "unknown".
+        let (isolation, images) = tokio::join!(self.cluster.isolation(), self.prepull.readiness(scope, &nodes));
+        stats.isolation = isolation
+            .inspect_err(|err| tracing::warn!(error = %err, "the isolation could not be checked for /stats"))
+            .ok();
+        stats.images = images
+            .inspect_err(|err| tracing::warn!(error = %err, "the pre-pulled images could not be read for /stats"))
+            .ok();
         Ok(stats)
     }
 

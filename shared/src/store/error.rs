@@ -77,6 +77,23 @@ impl StoreError {
         }
     }
 
+    /// The outcome of a conditional write: `true` when it was made, `false` when its condition
+    /// did not hold (a state the caller expects, not a failure).
+    pub(crate) fn condition_held<T, E, R>(
+        operation: &'static str,
+        result: Result<T, SdkError<E, R>>,
+    ) -> Result<bool, Self>
+    where
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+        R: std::fmt::Debug + Send + Sync + 'static,
+    {
+        match result.map_err(|e| Self::conditional(operation, e)) {
+            Ok(_) => Ok(true),
+            Err(StoreError::ConditionFailed) => Ok(false),
+            Err(other) => Err(other),
+        }
+    }
+
     /// A dependency problem that may pass: the client is told to retry (503).
     pub(crate) fn is_transient(&self) -> bool {
         matches!(self, StoreError::Unavailable { .. })

@@ -3,7 +3,7 @@
 //! attribute `held`) that admission increments atomically. How they stay in step, and why no
 //! race lets a tenant past its limit: `stacks::tenant_limit`.
 
-use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::AttributeValue;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -52,10 +52,7 @@ impl Store {
     /// Adds one to `tenant`'s counter if it is below `limit`; `false` if it is not.
     pub(crate) async fn increment_tenant_held(&self, tenant: &TenantId, limit: u32) -> Result<bool, StoreError> {
         let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(key(HELD_PK, tenant.as_str())))
+            .update_counter(tenant)
             .update_expression("ADD #held :one")
             .condition_expression("attribute_not_exists(#held) OR #held < :limit")
             .expression_attribute_names("#held", HELD_ATTR)
@@ -63,11 +60,7 @@ impl Store {
             .expression_attribute_values(":limit", n(i64::from(limit)))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(err) if is_condition_failed(&err) => Ok(false),
-            Err(err) => Err(StoreError::backend("UpdateItem", err)),
-        }
+        StoreError::condition_held("UpdateItem", result)
     }
 
     /// Releases the hold of `stack_id`: marks it (only one release wins), takes one from the
@@ -85,15 +78,10 @@ impl Store {
             .expression_attribute_values(":yes", AttributeValue::Bool(true))
             .send()
             .await;
-        match marked {
-            Ok(_) => {}
-            Err(err) if is_condition_failed(&err) => return Ok(()),
-            Err(err) => return Err(StoreError::backend("UpdateItem", err)),
+        if !StoreError::condition_held("UpdateItem", marked)? {
+            return Ok(());
         }
-        self.client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(key(HELD_PK, tenant.as_str())))
+        self.update_counter(tenant)
             .update_expression("ADD #held :minus_one")
             .expression_attribute_names("#held", HELD_ATTR)
             .expression_attribute_values(":minus_one", n(-1))
@@ -116,19 +104,18 @@ impl Store {
         Ok(())
     }
 
-    /// `tenant`'s counter (`None` before its first create).
-    pub async fn tenant_held(&self, tenant: &TenantId) -> Result<Option<u64>, StoreError> {
-        let out = self
-            .client
-            .get_item()
+    /// An update of `tenant`'s counter, to which the caller adds its expression.
+    fn update_counter(&self, tenant: &TenantId) -> UpdateItemFluentBuilder {
+        self.client
+            .update_item()
             .table_name(&self.table)
             .set_key(Some(key(HELD_PK, tenant.as_str())))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| StoreError::backend("GetItem", e))?;
-        Ok(out
-            .item
+    }
+
+    /// `tenant`'s counter (`None` before its first create).
+    pub async fn tenant_held(&self, tenant: &TenantId) -> Result<Option<u64>, StoreError> {
+        let item = self.get_item(HELD_PK, tenant.as_str(), true).await?;
+        Ok(item
             .and_then(|item| match item.get(HELD_ATTR) {
                 Some(AttributeValue::N(v)) => v.parse::<i64>().ok(),
                 _ => None,
@@ -157,10 +144,7 @@ impl Store {
         held: u64,
     ) -> Result<bool, StoreError> {
         let request = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(key(HELD_PK, tenant.as_str())))
+            .update_counter(tenant)
             .update_expression("SET #held = :held")
             .expression_attribute_names("#held", HELD_ATTR)
             .expression_attribute_values(":held", n(i64::try_from(held).unwrap_or(i64::MAX)));
@@ -170,15 +154,6 @@ impl Store {
                 .condition_expression("#held = :seen")
                 .expression_attribute_values(":seen", n(i64::try_from(seen).unwrap_or(i64::MAX))),
         };
-        match request.send().await {
-            Ok(_) => Ok(true),
-            Err(err) if is_condition_failed(&err) => Ok(false),
-            Err(err) => Err(StoreError::backend("UpdateItem", err)),
-        }
+        StoreError::condition_held("UpdateItem", request.send().await)
     }
-}
-
-fn is_condition_failed<R>(err: &aws_sdk_dynamodb::error::SdkError<UpdateItemError, R>) -> bool {
-    err.as_service_error()
-        .is_some_and(UpdateItemError::is_conditional_check_failed_exception)
 }

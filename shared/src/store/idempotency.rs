@@ -102,17 +102,8 @@ impl Store {
             .expression_attribute_values(":id", s(stack_id.as_str()))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(err)
-                if err
-                    .as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(())
-            }
-            Err(err) => Err(StoreError::backend("DeleteItem", err)),
-        }
+        // Another create's key, or none: nothing of ours to free.
+        StoreError::condition_held("DeleteItem", result).map(|_| ())
     }
 
     /// Every claim with its key (one paginated query): the reconciler releases those whose
@@ -134,13 +125,7 @@ impl Store {
     #[cfg(any(test, feature = "test-fixtures"))]
     pub async fn count_idempotency_keys(&self) -> Result<usize, StoreError> {
         let out = self
-            .client
-            .query()
-            .table_name(&self.table)
-            .key_condition_expression("#pk = :pk")
-            .expression_attribute_names("#pk", PK)
-            .expression_attribute_values(":pk", s(IDEM_PK))
-            .consistent_read(true)
+            .partition_query(IDEM_PK, true)
             .select(aws_sdk_dynamodb::types::Select::Count)
             .send()
             .await

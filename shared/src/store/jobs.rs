@@ -2,7 +2,7 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::item::{PK, from_item, key, read_item, s, to_item};
+use super::item::{PK, from_item, read_item, s, to_item};
 use super::{Store, StoreError};
 use crate::model::BatchDeleteJob;
 
@@ -52,33 +52,19 @@ impl Store {
     }
 
     pub async fn get_job(&self, job_id: &str) -> Result<Option<BatchDeleteJob>, StoreError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(key(JOB_PK, job_id)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| StoreError::backend("GetItem", e))?;
-        out.item.map(from_item).transpose()
+        let item = self.get_item(JOB_PK, job_id, true).await?;
+        item.map(from_item).transpose()
     }
 
     /// Jobs not yet completed or failed (the partition only holds a day of jobs).
     pub async fn list_unfinished_jobs(&self) -> Result<Vec<BatchDeleteJob>, StoreError> {
         self.query_all(
             || {
-                self.client
-                    .query()
-                    .table_name(&self.table)
-                    .key_condition_expression("#pk = :pk")
+                self.partition_query(JOB_PK, true)
                     .filter_expression("#status IN (:queued, :running)")
-                    .expression_attribute_names("#pk", PK)
                     .expression_attribute_names("#status", "status")
-                    .expression_attribute_values(":pk", s(JOB_PK))
                     .expression_attribute_values(":queued", s("queued"))
                     .expression_attribute_values(":running", s("running"))
-                    .consistent_read(true)
             },
             read_item,
         )

@@ -43,13 +43,7 @@ impl Store {
             .expression_attribute_values(":owner", s(owner))
             .send()
             .await;
-        match put {
-            Ok(_) => Ok(true),
-            Err(e) => match StoreError::conditional("PutItem", e) {
-                StoreError::ConditionFailed => Ok(false),
-                other => Err(other),
-            },
-        }
+        StoreError::condition_held("PutItem", put)
     }
 
     /// Gives the lease up if `owner` still holds it; `false` if it had expired and someone
@@ -65,12 +59,6 @@ impl Store {
             .expression_attribute_values(":owner", s(owner))
             .send()
             .await;
-        match delete {
-            Ok(_) => Ok(true),
-            Err(e) => match StoreError::conditional("DeleteItem", e) {
-                StoreError::ConditionFailed => Ok(false),
-                other => Err(other),
-            },
-        }
+        StoreError::condition_held("DeleteItem", delete)
     }
 }

@@ -88,6 +88,40 @@ impl Store {
         }
     }
 
+    /// The item `pk`/`sk`, if there is one.
+    pub(crate) async fn get_item(
+        &self,
+        pk: &str,
+        sk: &str,
+        consistent: bool,
+    ) -> Result<Option<item::Item>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(item::key(pk, sk)))
+            .consistent_read(consistent)
+            .send()
+            .await
+            .map_err(|e| StoreError::backend("GetItem", e))?;
+        Ok(out.item)
+    }
+
+    /// A query of the partition `pk`, to which a caller adds its filter or projection.
+    pub(crate) fn partition_query(
+        &self,
+        pk: &str,
+        consistent: bool,
+    ) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder {
+        self.client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("#pk = :pk")
+            .expression_attribute_names("#pk", item::PK)
+            .expression_attribute_values(":pk", item::s(pk))
+            .consistent_read(consistent)
+    }
+
     /// Writes `item` whatever is there.
     pub(crate) async fn put(&self, item: item::Item) -> Result<(), StoreError> {
         self.client
@@ -102,13 +136,7 @@ impl Store {
 
     /// One cheap consistent read proving the table answers.
     pub async fn ping(&self) -> Result<(), StoreError> {
-        self.client
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(item::key("HEALTH", "HEALTH")))
-            .send()
-            .await
-            .map_err(|e| StoreError::backend("GetItem", e))?;
+        self.get_item("HEALTH", "HEALTH", false).await?;
         Ok(())
     }
 }

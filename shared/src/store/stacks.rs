@@ -98,14 +98,18 @@ impl Store {
 
     pub async fn get_stack(&self, id: &StackId, manifest: Manifest) -> Result<Option<StackRecord>, StoreError> {
         let read_record = async {
-            let item = self.get_item(STACK_PK, id).await?;
+            let item = self.get_item(STACK_PK, id.as_str(), self.consistent_read).await?;
             Ok::<_, StoreError>(item.map(read_item::<StackRecord>).transpose()?)
         };
         let read_manifest = async {
             if manifest == Manifest::Omit {
                 return Ok(None);
             }
-            Ok(self.get_item(MANIFEST_PK, id).await?.map(manifest_of).transpose()?)
+            Ok(self
+                .get_item(MANIFEST_PK, id.as_str(), self.consistent_read)
+                .await?
+                .map(manifest_of)
+                .transpose()?)
         };
         let (record, spec) = tokio::try_join!(read_record, read_manifest)?;
         Ok(record.map(|mut record| {
@@ -313,19 +317,6 @@ impl Store {
         Ok(found)
     }
 
-    async fn get_item(&self, pk: &str, id: &StackId) -> Result<Option<Item>, StoreError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(key(pk, id.as_str())))
-            .consistent_read(self.consistent_read)
-            .send()
-            .await
-            .map_err(|e| StoreError::backend("GetItem", e))?;
-        Ok(out.item)
-    }
-
     /// Every item of partition `pk`, through `parse` (a paginated query), and those that do
     /// not read.
     pub(super) async fn query_partition<T>(
@@ -344,19 +335,7 @@ impl Store {
         consistent: bool,
         parse: impl FnMut(Item) -> Result<T, Unreadable>,
     ) -> Result<(Vec<T>, Vec<Unreadable>), StoreError> {
-        self.query_all(
-            || {
-                self.client
-                    .query()
-                    .table_name(&self.table)
-                    .key_condition_expression("#pk = :pk")
-                    .expression_attribute_names("#pk", PK)
-                    .expression_attribute_values(":pk", s(pk))
-                    .consistent_read(consistent)
-            },
-            parse,
-        )
-        .await
+        self.query_all(|| self.partition_query(pk, consistent), parse).await
     }
 
     /// Writes back what the cluster showed (a failure with its reason, message and `now` as

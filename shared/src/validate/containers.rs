@@ -2,10 +2,12 @@
 //! `..`), so a new field in an upgraded k8s-openapi fails to compile until it is decided.
 //! Resources are checked by the `resources` module.
 
-use k8s_openapi::api::core::v1::{Container, LifecycleHandler, PodSpec, Probe, VolumeMount};
+use k8s_openapi::api::core::v1::{
+    Container, HTTPGetAction, LifecycleHandler, PodSpec, Probe, TCPSocketAction, VolumeMount,
+};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::rejection::ContainerPath;
+use super::rejection::{ContainerPath, forbid_if};
 use super::{MAX_TERMINATION_GRACE_SECS, Rejection, ValidationPolicy, images, security_context};
 
 /// Longest probe delay, period or timeout accepted: anything longer is no probe at all.
@@ -164,11 +166,7 @@ fn check_mount(mount: &VolumeMount, at: &str) -> Result<(), Rejection> {
 
 /// Every duration and count of a probe is bounded; its own grace period like the pod's.
 fn check_probe(probe: &Probe, port_names: &[&str], at: &str) -> Result<(), Rejection> {
-    let target_host = [
-        ("httpGet", probe.http_get.as_ref().and_then(|a| a.host.as_ref())),
-        ("tcpSocket", probe.tcp_socket.as_ref().and_then(|a| a.host.as_ref())),
-    ];
-    reject_host(&target_host, at)?;
+    reject_host(probe.http_get.as_ref(), probe.tcp_socket.as_ref(), at)?;
     let target_port = [
         ("httpGet", probe.http_get.as_ref().map(|a| &a.port)),
         ("tcpSocket", probe.tcp_socket.as_ref().map(|a| &a.port)),
@@ -199,17 +197,12 @@ fn check_probe(probe: &Probe, port_names: &[&str], at: &str) -> Result<(), Rejec
 /// `tcpSocket` is accepted by the apiserver for compatibility only: the kubelet fails such a
 /// hook every time (and kills the container when it is a postStart hook).
 fn check_handler(handler: &LifecycleHandler, port_names: &[&str], at: &str) -> Result<(), Rejection> {
-    let target_host = [
-        ("httpGet", handler.http_get.as_ref().and_then(|a| a.host.as_ref())),
-        ("tcpSocket", handler.tcp_socket.as_ref().and_then(|a| a.host.as_ref())),
-    ];
-    reject_host(&target_host, at)?;
-    if handler.tcp_socket.is_some() {
-        return Err(Rejection::forbidden_because(
-            format!("{at}.tcpSocket"),
-            "the kubelet does not run tcpSocket hooks, it fails them",
-        ));
-    }
+    reject_host(handler.http_get.as_ref(), handler.tcp_socket.as_ref(), at)?;
+    forbid_if(
+        handler.tcp_socket.is_some(),
+        format!("{at}.tcpSocket"),
+        "the kubelet does not run tcpSocket hooks, it fails them",
+    )?;
     check_named_ports(
         &[("httpGet", handler.http_get.as_ref().map(|a| &a.port))],
         port_names,
@@ -253,7 +246,15 @@ fn check_named_ports(
 
 /// The kubelet runs probes and hooks from the node's network, so a `host` would let the
 /// manifest make the node reach any address.
-fn reject_host(target_host: &[(&str, Option<&String>)], at: &str) -> Result<(), Rejection> {
+fn reject_host(
+    http_get: Option<&HTTPGetAction>,
+    tcp_socket: Option<&TCPSocketAction>,
+    at: &str,
+) -> Result<(), Rejection> {
+    let target_host = [
+        ("httpGet", http_get.and_then(|a| a.host.as_ref())),
+        ("tcpSocket", tcp_socket.and_then(|a| a.host.as_ref())),
+    ];
     match target_host.iter().find(|(_, host)| host.is_some()) {
         Some((action, _)) => Err(Rejection::forbidden_because(
             format!("{at}.{action}.host"),

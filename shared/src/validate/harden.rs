@@ -10,11 +10,11 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Capabilities, Pod, PodSecurityContext, SeccompProfile, SecurityContext, Toleration};
+use k8s_openapi::api::core::v1::{Capabilities, Pod, PodSecurityContext, SeccompProfile, SecurityContext};
 
 use super::ValidationPolicy;
 use super::isolation_check;
-use crate::config::{DropCapabilities, NodeTaint};
+use crate::config::DropCapabilities;
 use crate::model::{ISOLATION_CHECK_CONTAINER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, STACK_ID_LABEL, StackId};
 
 pub(super) fn apply(pod: &mut Pod, stack_id: &StackId, policy: &ValidationPolicy) {
@@ -49,7 +49,7 @@ pub(super) fn apply(pod: &mut Pod, stack_id: &StackId, policy: &ValidationPolicy
     spec.node_selector = Some(BTreeMap::from([("role".to_owned(), policy.node_role.clone())]));
     // Dedicated stack nodes: the selector keeps stacks on them, the toleration lets them in.
     if let Some(taint) = &policy.node_taint {
-        let toleration = toleration_of(taint);
+        let toleration = taint.toleration();
         let tolerations = spec.tolerations.get_or_insert_with(Vec::new);
         tolerations.retain(|t| *t != toleration);
         tolerations.push(toleration);
@@ -78,18 +78,6 @@ pub(super) fn apply(pod: &mut Pod, stack_id: &StackId, policy: &ValidationPolicy
     {
         let asked = container.security_context.take().unwrap_or_default();
         container.security_context = Some(container_security_context(asked, policy.drop_capabilities));
-    }
-}
-
-/// The toleration every stack pod gets for the operator's `STACK_NODE_TAINT`: any value of
-/// the key when the taint has none, forever (no `tolerationSeconds`) under `NoExecute`.
-pub(super) fn toleration_of(taint: &NodeTaint) -> Toleration {
-    Toleration {
-        key: Some(taint.key.clone()),
-        operator: Some(if taint.value.is_some() { "Equal" } else { "Exists" }.into()),
-        value: taint.value.clone(),
-        effect: Some(taint.effect.clone()),
-        toleration_seconds: None,
     }
 }
 
@@ -127,6 +115,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::config::NodeTaint;
 
     fn merged(asked: serde_json::Value, profile: DropCapabilities) -> serde_json::Value {
         let asked: SecurityContext = serde_json::from_value(asked).expect("a SecurityContext");
@@ -185,7 +174,7 @@ mod tests {
             effect: "NoExecute".into(),
         };
         assert_eq!(
-            serde_json::to_value(toleration_of(&with_value)).unwrap(),
+            serde_json::to_value(with_value.toleration()).unwrap(),
             json!({"key": "example.com/stacks", "operator": "Equal", "value": "ctf", "effect": "NoExecute"})
         );
         let bare = NodeTaint {
@@ -194,7 +183,7 @@ mod tests {
             ..with_value
         };
         assert_eq!(
-            serde_json::to_value(toleration_of(&bare)).unwrap(),
+            serde_json::to_value(bare.toleration()).unwrap(),
             json!({"key": "example.com/stacks", "operator": "Exists", "effect": "NoSchedule"})
         );
     }

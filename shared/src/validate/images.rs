@@ -202,6 +202,12 @@ mod tests {
         }
     }
 
+    /// `image` is refused without an allowlist, for a reason that says `why`.
+    fn assert_refused(image: &str, why: &str) {
+        let err = check(image, &[]).unwrap_err();
+        assert!(err.contains(why), "{image}: {err}");
+    }
+
     #[test]
     fn node_local_registries_are_refused_even_when_allowed() {
         let images = [
@@ -223,8 +229,7 @@ mod tests {
             "instance-data.ec2.internal/x",
         ];
         for image in images {
-            let err = check(image, &[]).unwrap_err();
-            assert!(err.contains("loopback or link-local"), "{image}: {err}");
+            assert_refused(image, "loopback or link-local");
             let allowed = allow(&[image.split('/').next().unwrap()]);
             assert!(check(image, &allowed).unwrap_err().contains("loopback"), "{image}");
         }
@@ -243,8 +248,7 @@ mod tests {
             "0x0a000005:5000/x",
         ];
         for image in images {
-            let err = check(image, &[]).unwrap_err();
-            assert!(err.contains("internal address"), "{image}: {err}");
+            assert_refused(image, "internal address");
             let registry = image.split('/').next().unwrap();
             assert_eq!(check(image, &allow(&[&format!("{registry}/")])), Ok(()), "{image}");
             // An entry for another registry does not let it through.

@@ -12,6 +12,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use super::rejection::forbid_if;
 use super::{Rejection, ValidationPolicy};
 use crate::kube_names::{is_label_value, is_qualified_name};
 use crate::model::{MANAGED_BY_LABEL, OWN_LABEL_PREFIX};
@@ -51,18 +52,16 @@ pub(super) fn check(meta: &ObjectMeta, policy: &ValidationPolicy) -> Result<(), 
             "it is set by the cluster",
         ));
     }
-    if finalizers.is_some() {
-        return Err(Rejection::forbidden_because(
-            "metadata.finalizers",
-            "they would keep the pod from being deleted",
-        ));
-    }
-    if owner_references.is_some() {
-        return Err(Rejection::forbidden_because(
-            "metadata.ownerReferences",
-            "stacks are owned by the provisioner",
-        ));
-    }
+    forbid_if(
+        finalizers.is_some(),
+        "metadata.finalizers",
+        "they would keep the pod from being deleted",
+    )?;
+    forbid_if(
+        owner_references.is_some(),
+        "metadata.ownerReferences",
+        "stacks are owned by the provisioner",
+    )?;
     for (field, map, allowlist) in [
         ("labels", labels, &policy.label_allowlist),
         ("annotations", annotations, &policy.annotation_allowlist),

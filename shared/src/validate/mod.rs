@@ -42,6 +42,11 @@ pub(crate) use pod_spec::{NODE_NAME_FIELD, term_can_match};
 pub(crate) use ports::validate_target_ports;
 pub use rejection::Rejection;
 
+/// An image the operator names outside a manifest (`PUT /prepull`), under the manifests' rules.
+pub(crate) fn check_image(image: &str, policy: &ValidationPolicy, field: &str) -> Result<(), Rejection> {
+    images::check(image, &policy.image_allowlist).map_err(|problem| Rejection::new(field, problem))
+}
+
 use crate::model::{StackId, TargetPort};
 
 /// A manifest that passed every rule, with the forced settings applied.

@@ -15,7 +15,10 @@ use k8s_openapi::api::core::v1::{
     Affinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PodSpec, Toleration,
 };
 
+use super::rejection::forbid_if;
 use super::{Rejection, ValidationPolicy, security_context};
+use crate::config::NodeTaint;
+use crate::model::STARTUP_TAINT;
 
 /// Longest `terminationGracePeriodSeconds` accepted: a longer one would hold the pod (and its
 /// node port) long after the stack was deleted.
@@ -78,19 +81,17 @@ pub(super) fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rej
         ("hostPID", host_pid),
         ("hostIPC", host_ipc),
     ] {
-        if *value == Some(true) {
-            return Err(Rejection::forbidden_because(
-                format!("spec.{field}"),
-                "it shares a namespace with the node",
-            ));
-        }
+        forbid_if(
+            *value == Some(true),
+            format!("spec.{field}"),
+            "it shares a namespace with the node",
+        )?;
     }
-    if *host_users == Some(true) {
-        return Err(Rejection::forbidden_because(
-            "spec.hostUsers",
-            "only false (a user namespace) is allowed",
-        ));
-    }
+    forbid_if(
+        *host_users == Some(true),
+        "spec.hostUsers",
+        "only false (a user namespace) is allowed",
+    )?;
     let not_default = |value: &Option<String>, default: &str| value.as_deref().is_some_and(|v| v != default);
     let forbidden = [
         (
@@ -164,12 +165,11 @@ pub(super) fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rej
     if let Some(context) = security_context {
         security_context::check_pod(context)?;
     }
-    if *automount_service_account_token == Some(true) {
-        return Err(Rejection::forbidden_because(
-            "spec.automountServiceAccountToken",
-            "stacks get no API token",
-        ));
-    }
+    forbid_if(
+        *automount_service_account_token == Some(true),
+        "spec.automountServiceAccountToken",
+        "stacks get no API token",
+    )?;
     if active_deadline_seconds.is_some_and(|secs| secs <= 0) {
         return Err(Rejection::new("spec.activeDeadlineSeconds", "must be positive"));
     }
@@ -199,7 +199,7 @@ pub(super) fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rej
     if let Some(affinity) = affinity {
         check_affinity(affinity, &policy.node_role)?;
     }
-    let forced = policy.node_taint.as_ref().map(super::harden::toleration_of);
+    let forced = policy.node_taint.as_ref().map(NodeTaint::toleration);
     for (index, toleration) in tolerations.iter().flatten().enumerate() {
         // The one the provisioner adds (in the output of a previous validation) is replaced.
         if forced.as_ref() == Some(toleration) {
@@ -270,19 +270,16 @@ fn check_affinity(affinity: &Affinity, node_role: &str) -> Result<(), Rejection>
         }
         check_term_shape(&term.preference, &format!("{PREFERRED}[{index}].preference"))?;
     }
-    if pod_affinity.is_some() {
-        return Err(Rejection::forbidden_because(
-            "spec.affinity.podAffinity",
-            "stacks are placed independently",
-        ));
-    }
-    if pod_anti_affinity.is_some() {
-        return Err(Rejection::forbidden_because(
-            "spec.affinity.podAntiAffinity",
-            "stacks are placed independently",
-        ));
-    }
-    Ok(())
+    forbid_if(
+        pod_affinity.is_some(),
+        "spec.affinity.podAffinity",
+        "stacks are placed independently",
+    )?;
+    forbid_if(
+        pod_anti_affinity.is_some(),
+        "spec.affinity.podAntiAffinity",
+        "stacks are placed independently",
+    )
 }
 
 const REQUIRED: &str = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution";
@@ -496,6 +493,12 @@ fn check_toleration(toleration: &Toleration, at: &str) -> Result<(), Rejection> 
         return Err(Rejection::forbidden_because(
             format!("{at}.key"),
             "cluster taints may not be tolerated",
+        ));
+    }
+    if key == STARTUP_TAINT {
+        return Err(Rejection::forbidden_because(
+            format!("{at}.key"),
+            "a node with this taint is still receiving the event's images",
         ));
     }
     if !matches!(effect.as_deref(), Some("NoSchedule" | "PreferNoSchedule")) {

@@ -70,23 +70,16 @@ pub(super) fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rej
         }
         let sources = volume.projected.iter().flat_map(|p| p.sources.iter().flatten());
         for (source_index, source) in sources.enumerate() {
-            let source_at = || format!("{at}.projected.sources[{source_index}]");
-            if let Some(config_map) = &source.config_map {
-                allow(
+            let named = [
+                (
                     Kind::ConfigMap,
-                    &config_map.name,
-                    || format!("{}.configMap.name", source_at()),
-                    policy,
-                )?;
-            }
-            if let Some(secret) = &source.secret {
-                allow(
-                    Kind::Secret,
-                    &secret.name,
-                    || format!("{}.secret.name", source_at()),
-                    policy,
-                )?;
-            }
+                    source.config_map.as_ref().map(|c| &c.name),
+                    "configMap",
+                ),
+                (Kind::Secret, source.secret.as_ref().map(|c| &c.name), "secret"),
+            ];
+            let path = |field: &str| format!("{at}.projected.sources[{source_index}].{field}.name");
+            allow_named(named, path, policy)?;
         }
     }
     for (at, container) in ContainerPath::every(spec) {
@@ -98,39 +91,46 @@ pub(super) fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rej
 fn check_container(container: &Container, at: ContainerPath, policy: &ValidationPolicy) -> Result<(), Rejection> {
     for (index, var) in container.env.iter().flatten().enumerate() {
         let Some(from) = &var.value_from else { continue };
-        if let Some(key) = &from.config_map_key_ref {
-            allow(
+        let named = [
+            (
                 Kind::ConfigMap,
-                &key.name,
-                || at.field(&format!("env[{index}].valueFrom.configMapKeyRef.name")),
-                policy,
-            )?;
-        }
-        if let Some(key) = &from.secret_key_ref {
-            allow(
+                from.config_map_key_ref.as_ref().map(|k| &k.name),
+                "configMapKeyRef",
+            ),
+            (
                 Kind::Secret,
-                &key.name,
-                || at.field(&format!("env[{index}].valueFrom.secretKeyRef.name")),
-                policy,
-            )?;
-        }
+                from.secret_key_ref.as_ref().map(|k| &k.name),
+                "secretKeyRef",
+            ),
+        ];
+        let path = |field: &str| at.field(&format!("env[{index}].valueFrom.{field}.name"));
+        allow_named(named, path, policy)?;
     }
     for (index, source) in container.env_from.iter().flatten().enumerate() {
-        if let Some(config_map) = &source.config_map_ref {
-            allow(
+        let named = [
+            (
                 Kind::ConfigMap,
-                &config_map.name,
-                || at.field(&format!("envFrom[{index}].configMapRef.name")),
-                policy,
-            )?;
-        }
-        if let Some(secret) = &source.secret_ref {
-            allow(
-                Kind::Secret,
-                &secret.name,
-                || at.field(&format!("envFrom[{index}].secretRef.name")),
-                policy,
-            )?;
+                source.config_map_ref.as_ref().map(|r| &r.name),
+                "configMapRef",
+            ),
+            (Kind::Secret, source.secret_ref.as_ref().map(|r| &r.name), "secretRef"),
+        ];
+        let path = |field: &str| at.field(&format!("envFrom[{index}].{field}.name"));
+        allow_named(named, path, policy)?;
+    }
+    Ok(())
+}
+
+/// [`allow`] for each `(kind, name if set, field)` of one env entry or projected source;
+/// `path` makes the field's path only for a refusal.
+fn allow_named(
+    named: [(Kind, Option<&String>, &str); 2],
+    path: impl Fn(&str) -> String,
+    policy: &ValidationPolicy,
+) -> Result<(), Rejection> {
+    for (kind, name, field) in named {
+        if let Some(name) = name {
+            allow(kind, name, || path(field), policy)?;
         }
     }
     Ok(())

@@ -46,6 +46,14 @@ impl Rejection {
     }
 }
 
+/// The validator's most common rule: a field that must not be `set`, refused with `why`.
+pub(crate) fn forbid_if(set: bool, path: impl Into<String>, why: &str) -> Result<(), Rejection> {
+    if set {
+        return Err(Rejection::forbidden_because(path, why));
+    }
+    Ok(())
+}
+
 /// Which container list a container is in, and where; displays as its path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ContainerPath {

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::rejection::ContainerPath;
+use super::rejection::{ContainerPath, forbid_if};
 use super::{Rejection, ValidationPolicy};
 use crate::quantity::{QuantityError, format_bytes, format_cpu_milli, parse_bytes, parse_cpu_milli};
 
@@ -132,12 +132,11 @@ fn normalize_container(
         limits,
         requests,
     } = container.resources.take().unwrap_or_default();
-    if claims.is_some() {
-        return Err(Rejection::forbidden_because(
-            at.field("resources.claims"),
-            "stacks may not claim devices",
-        ));
-    }
+    forbid_if(
+        claims.is_some(),
+        at.field("resources.claims"),
+        "stacks may not claim devices",
+    )?;
     let requests = requests.unwrap_or_default();
     let limits = limits.unwrap_or_default();
     for (which, map) in [("requests", &requests), ("limits", &limits)] {

@@ -19,6 +19,7 @@
 use k8s_openapi::api::core::v1::{AppArmorProfile, Capabilities, PodSecurityContext, SeccompProfile, SecurityContext};
 
 use super::Rejection;
+use super::rejection::forbid_if;
 use crate::config::LINUX_CAPABILITIES;
 
 /// Highest user or group id the apiserver accepts.
@@ -57,8 +58,7 @@ pub(super) fn check_pod(context: &PodSecurityContext) -> Result<(), Rejection> {
     for (index, group) in supplemental_groups.iter().flatten().enumerate() {
         check_id(&format!("{AT}.supplementalGroups[{index}]"), Some(*group), "group")?;
     }
-    check_seccomp(AT, seccomp_profile.as_ref())?;
-    check_app_armor(AT, app_armor_profile.as_ref())
+    check_profiles(AT, seccomp_profile.as_ref(), app_armor_profile.as_ref())
 }
 
 /// `at` is the container's `securityContext` path; `add_back` the operator's add-back list.
@@ -77,30 +77,27 @@ pub(super) fn check_container(context: &SecurityContext, at: &str, add_back: &[S
         seccomp_profile,
         windows_options,
     } = context;
-    if *privileged == Some(true) {
-        return Err(Rejection::forbidden_because(
-            format!("{at}.privileged"),
-            "stacks are never privileged (only false is allowed)",
-        ));
-    }
-    if *allow_privilege_escalation == Some(true) {
-        return Err(Rejection::forbidden_because(
-            format!("{at}.allowPrivilegeEscalation"),
-            "it is forced to false (only false is allowed)",
-        ));
-    }
+    forbid_if(
+        *privileged == Some(true),
+        format!("{at}.privileged"),
+        "stacks are never privileged (only false is allowed)",
+    )?;
+    forbid_if(
+        *allow_privilege_escalation == Some(true),
+        format!("{at}.allowPrivilegeEscalation"),
+        "it is forced to false (only false is allowed)",
+    )?;
     if *read_only_root_filesystem == Some(false) {
         return Err(Rejection::new(
             format!("{at}.readOnlyRootFilesystem"),
             "may only be true (the root filesystem is writable by default)",
         ));
     }
-    if proc_mount.as_deref().is_some_and(|m| m != "Default") {
-        return Err(Rejection::forbidden_because(
-            format!("{at}.procMount"),
-            "only Default is allowed: it would unmask /proc",
-        ));
-    }
+    forbid_if(
+        proc_mount.as_deref().is_some_and(|m| m != "Default"),
+        format!("{at}.procMount"),
+        "only Default is allowed: it would unmask /proc",
+    )?;
     for (field, set) in [
         ("seLinuxOptions", se_linux_options.is_some()),
         ("windowsOptions", windows_options.is_some()),
@@ -110,8 +107,7 @@ pub(super) fn check_container(context: &SecurityContext, at: &str, add_back: &[S
         }
     }
     check_identity(at, *run_as_non_root, *run_as_user, *run_as_group)?;
-    check_seccomp(at, seccomp_profile.as_ref())?;
-    check_app_armor(at, app_armor_profile.as_ref())?;
+    check_profiles(at, seccomp_profile.as_ref(), app_armor_profile.as_ref())?;
     if let Some(capabilities) = capabilities {
         check_capabilities(capabilities, &format!("{at}.capabilities"), add_back)?;
     }
@@ -148,34 +144,35 @@ fn check_id(path: &str, id: Option<i64>, kind: &str) -> Result<(), Rejection> {
     }
 }
 
-/// `RuntimeDefault` is what `harden` forces; `Unconfined` and `Localhost` (a profile of the
-/// node's choosing) would replace it.
-fn check_seccomp(at: &str, profile: Option<&SeccompProfile>) -> Result<(), Rejection> {
-    match profile {
-        Some(SeccompProfile {
-            type_,
-            localhost_profile,
-        }) if type_ != "RuntimeDefault" || localhost_profile.is_some() => Err(Rejection::new(
-            format!("{at}.seccompProfile.type"),
+/// Seccomp: `RuntimeDefault` is what `harden` forces; `Unconfined` and `Localhost` (a profile
+/// of the node's choosing) would replace it. AppArmor: the runtime's default profile confines;
+/// `Unconfined` and `Localhost` are the node's business. (A node without AppArmor fails a pod
+/// that asks for any profile.)
+fn check_profiles(
+    at: &str,
+    seccomp: Option<&SeccompProfile>,
+    app_armor: Option<&AppArmorProfile>,
+) -> Result<(), Rejection> {
+    let profiles = [
+        (
+            "seccompProfile",
+            seccomp.map(|p| (&p.type_, &p.localhost_profile)),
             "must be RuntimeDefault (it is forced)",
-        )),
-        _ => Ok(()),
-    }
-}
-
-/// The runtime's default AppArmor profile confines; `Unconfined` and `Localhost` are the
-/// node's business. (A node without AppArmor fails a pod that asks for any profile.)
-fn check_app_armor(at: &str, profile: Option<&AppArmorProfile>) -> Result<(), Rejection> {
-    match profile {
-        Some(AppArmorProfile {
-            type_,
-            localhost_profile,
-        }) if type_ != "RuntimeDefault" || localhost_profile.is_some() => Err(Rejection::new(
-            format!("{at}.appArmorProfile.type"),
+        ),
+        (
+            "appArmorProfile",
+            app_armor.map(|p| (&p.type_, &p.localhost_profile)),
             "must be RuntimeDefault",
-        )),
-        _ => Ok(()),
+        ),
+    ];
+    for (field, profile, problem) in profiles {
+        if let Some((type_, localhost_profile)) = profile
+            && (type_ != "RuntimeDefault" || localhost_profile.is_some())
+        {
+            return Err(Rejection::new(format!("{at}.{field}.type"), problem));
+        }
     }
+    Ok(())
 }
 
 /// Any capability may be dropped, `ALL` included; only the operator's add-back list may be

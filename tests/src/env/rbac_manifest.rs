@@ -81,6 +81,19 @@ impl RbacManifest {
             })
             .collect()
     }
+
+    /// The documents of `K`'s kind that live in `namespace` (the stack namespace's Role, not
+    /// the pre-pull's).
+    pub fn objects_in<K>(&self, namespace: &str) -> Result<Vec<K>, EnvError>
+    where
+        K: Resource<DynamicType = ()> + DeserializeOwned,
+    {
+        let all = self.objects::<K>()?;
+        Ok(all
+            .into_iter()
+            .filter(|o| o.meta().namespace.as_deref() == Some(namespace))
+            .collect())
+    }
 }
 
 /// Replaces `stacks` where it stands right before the marker, as

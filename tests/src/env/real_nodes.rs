@@ -62,6 +62,7 @@ pub fn api_settings(registry: &str) -> Vec<(&'static str, String)> {
         ("STACK_IMAGE_ALLOWLIST", format!("{registry}/")),
         ("STACK_ALLOW_INGRESS_CIDRS", participant_cidr(registry)),
         ("STACK_ISOLATION_CHECK_IMAGE", isolation_check_image(registry)),
+        ("STACK_PREPULL_HELPER_IMAGE", image(registry, "busybox")),
     ]
 }
 

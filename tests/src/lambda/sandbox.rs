@@ -80,6 +80,7 @@ impl LocalFunction {
     pub fn on_simulated_nodes(self, table: &str, namespace: &str) -> Self {
         self.table(table)
             .parameter("StackNamespace", namespace)
+            .parameter("StackPrepullNamespace", &crate::api::prepull_namespace(namespace))
             .parameter("StackNodeRole", SIMULATED_ROLE)
             .parameter("StackProxySync", "0s")
     }

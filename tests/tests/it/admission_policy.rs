@@ -41,8 +41,10 @@ impl PolicyHarness {
             .await
             .expect("namespace");
         let manifest = RbacManifest::load_for_namespace(namespace.name()).expect("rbac manifest");
-        let roles = manifest.objects::<Role>().expect("roles");
-        let bindings = manifest.objects::<RoleBinding>().expect("role bindings");
+        let roles = manifest.objects_in::<Role>(namespace.name()).expect("roles");
+        let bindings = manifest
+            .objects_in::<RoleBinding>(namespace.name())
+            .expect("role bindings");
         assert!(
             !roles.is_empty() && !bindings.is_empty(),
             "the manifest has a Role and a RoleBinding"
@@ -533,8 +535,7 @@ async fn admits_stack_pods_and_host_ports_inside_the_range() {
 #[tokio::test]
 async fn covers_the_namespace_the_provisioner_creates() {
     let api = ApiHarness::start().await;
-    let created = api.create(WEB_POD, json!(80)).await;
-    assert_eq!(created.status, 201, "{}", created.json);
+    api.create_web().await;
     let mut pod = api.managed_pods().await.pop().expect("the stack's pod");
     // Its labels stay (the hardening policy wants the managed-by one): the hostIP is the one fault.
     pod.metadata = kube::api::ObjectMeta {

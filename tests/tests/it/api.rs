@@ -14,13 +14,6 @@ use stack_tests::api::{API_KEY, ApiHarness, Reply, WEB_POD, listed_ids};
 use stack_tests::env::SimulatedNode;
 use stack_tests::reconciler::running_record;
 
-fn stack_id(reply: &stack_tests::api::Reply) -> String {
-    reply.json["stack_id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no stack_id in {}", reply.json))
-        .to_owned()
-}
-
 /// A 503 whose message starts with `reason`, telling the client when to retry.
 fn assert_unavailable(reply: &stack_tests::api::Reply, reason: &str) {
     assert_eq!(reply.status, 503, "{}", reply.json);
@@ -86,7 +79,7 @@ async fn v1_create_applies_the_hardened_pod_and_reads_back() {
         .create(WEB_POD, json!([{"container_port": 80, "protocol": "tcp"}]))
         .await;
     assert_eq!(created.status, 201, "{}", created.json);
-    let id = stack_id(&created);
+    let id = created.stack_id();
     let body = &created.json;
     assert!(id.starts_with("stack-") && id.len() == 22);
     assert_eq!(body["pod_id"], id.as_str());
@@ -200,8 +193,7 @@ async fn a_create_whose_pod_starts_in_time_answers_running() {
     let api = ApiHarness::start().await;
     let mut running = 0;
     for _ in 0..3 {
-        let created = api.create(WEB_POD, json!(80)).await;
-        assert_eq!(created.status, 201, "{}", created.json);
+        let created = api.create_web().await;
         if created.json["status"] == "running" {
             running += 1;
             assert!(
@@ -222,14 +214,13 @@ async fn a_create_follows_its_pod_with_one_watch_and_reads_each_node_once() {
     // service, follows the pod with one watch until it runs, and reads a node's address only
     // the first time a stack lands there (before: two watches and a node read per create).
     let api = ApiHarness::start().await;
-    let warm_up = api.create(WEB_POD, json!(80)).await;
-    assert_eq!(warm_up.status, 201, "{}", warm_up.json);
+    // A warm-up create, not counted.
+    api.create_web().await;
     let before = api.calls.snapshot();
     let creates = 4;
     let mut nodes = std::collections::BTreeSet::new();
     for _ in 0..creates {
-        let created = api.create(WEB_POD, json!(80)).await;
-        assert_eq!(created.status, 201, "{}", created.json);
+        let created = api.create_web().await;
         assert!(created.json["node_public_ip"].is_string(), "{}", created.json);
         nodes.insert(created.json["node_id"].as_str().unwrap().to_owned());
     }
@@ -257,13 +248,12 @@ async fn the_functions_kubernetes_client_speaks_http2_to_the_apiserver() {
 #[tokio::test]
 async fn v0_create_with_a_scalar_port() {
     let api = ApiHarness::start().await;
-    let created = api.create(WEB_POD, json!(80)).await;
-    assert_eq!(created.status, 201, "{}", created.json);
+    let created = api.create_web().await;
     assert_eq!(created.json["target_port"], 80);
     assert_eq!(created.json["ports"][0]["protocol"], "TCP");
     assert_eq!(created.json["node_port"], created.json["ports"][0]["node_port"]);
     let status = api
-        .call(Method::GET, &format!("/stacks/{}/status", stack_id(&created)), None)
+        .call(Method::GET, &format!("/stacks/{}/status", created.stack_id()), None)
         .await;
     assert_eq!(status.json["target_port"], 80);
     assert_eq!(status.json["node_port"], created.json["node_port"]);
@@ -319,8 +309,7 @@ async fn invalid_requests_answer_400_and_leave_nothing() {
         )
         .await;
     assert_eq!(duplicate.status, 400);
-    api.assert_nothing_left().await;
-    api.finish().await;
+    api.finish_asserting_nothing_left().await;
 }
 
 #[tokio::test]
@@ -389,8 +378,7 @@ async fn a_pod_no_stack_node_could_ever_run_is_400_and_nothing_left() {
         &refused,
         "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms match no stack node",
     );
-    api.assert_nothing_left().await;
-    api.finish().await;
+    api.finish_asserting_nothing_left().await;
 }
 
 #[tokio::test]
@@ -427,10 +415,9 @@ async fn with_on_unschedulable_wait_a_stack_waits_for_a_new_node_and_runs_on_it(
     // cluster autoscaler would.
     let role = stack_tests::env::unique_name("grow");
     let api = ApiHarness::with_env(&[("STACK_NODE_ROLE", &role), ("STACK_ON_UNSCHEDULABLE", "wait")]).await;
-    let created = api.create(WEB_POD, json!(80)).await;
-    assert_eq!(created.status, 201, "{}", created.json);
+    let created = api.create_web().await;
     assert_eq!(created.json["status"], "creating", "{}", created.json);
-    let id = stack_id(&created);
+    let id = created.stack_id();
 
     let node = SimulatedNode::new(&format!("{role}-node"))
         .role(&role)
@@ -456,12 +443,33 @@ async fn with_on_unschedulable_wait_a_stack_waits_for_a_new_node_and_runs_on_it(
     api.finish().await;
 }
 
+/// Creates `manifest` until the create is refused (at most 40 tries, 100 ms apart): admission
+/// reads a new quota or limit range through its own cache, so a create may slip in before it
+/// sees it; each that does is deleted. The last answer.
+async fn create_until_refused(api: &ApiHarness, manifest: &str) -> Reply {
+    let mut reply = api.create(manifest, json!(80)).await;
+    for _ in 0..40 {
+        if reply.status != 201 {
+            break;
+        }
+        let slipped = reply.stack_id();
+        assert_eq!(
+            api.call(Method::DELETE, &format!("/stacks/{slipped}"), None)
+                .await
+                .status,
+            200
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        reply = api.create(manifest, json!(80)).await;
+    }
+    reply
+}
+
 #[tokio::test]
 async fn resource_quota_exhausted_is_503_and_limit_range_violation_is_400() {
     let api = ApiHarness::start().await;
     // The first create makes the namespace; then the quota and limit range go in.
-    let first = api.create(WEB_POD, json!(80)).await;
-    assert_eq!(first.status, 201, "{}", first.json);
+    api.create_web().await;
     let quota: ResourceQuota = serde_json::from_value(json!({
         "metadata": {"name": "one-pod"}, "spec": {"hard": {"pods": "1"}}
     }))
@@ -472,21 +480,7 @@ async fn resource_quota_exhausted_is_503_and_limit_range_violation_is_400() {
         .unwrap();
     // The quota controller fills in usage asynchronously; until then admission refuses all pods too.
     // Admission only enforces the quota once it sees it; a create that slips in before is undone.
-    let mut refused = api.create(WEB_POD, json!(80)).await;
-    for _ in 0..40 {
-        if refused.status != 201 {
-            break;
-        }
-        let slipped = stack_id(&refused);
-        assert_eq!(
-            api.call(Method::DELETE, &format!("/stacks/{slipped}"), None)
-                .await
-                .status,
-            200
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        refused = api.create(WEB_POD, json!(80)).await;
-    }
+    let refused = create_until_refused(&api, WEB_POD).await;
     assert_unavailable(&refused, "cluster saturated");
     assert_eq!(api.records().await.len(), 1);
     assert_eq!(api.managed_pods().await.len(), 1);
@@ -506,21 +500,7 @@ async fn resource_quota_exhausted_is_503_and_limit_range_violation_is_400() {
     let big = WEB_POD.replace("cpu: 100m", "cpu: 500m");
     // Admission reads limit ranges through its own cache: a create that slips in before it has
     // the new one is undone, as for the quota (seen once, under a cold CI run's load).
-    let mut violation = api.create(&big, json!(80)).await;
-    for _ in 0..40 {
-        if violation.status != 201 {
-            break;
-        }
-        let slipped = stack_id(&violation);
-        assert_eq!(
-            api.call(Method::DELETE, &format!("/stacks/{slipped}"), None)
-                .await
-                .status,
-            200
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        violation = api.create(&big, json!(80)).await;
-    }
+    let violation = create_until_refused(&api, &big).await;
     assert_eq!(violation.status, 400, "{}", violation.json);
     assert_eq!(api.records().await.len(), 1);
     let live = api.managed_pods().await;
@@ -628,8 +608,7 @@ async fn node_port_exhaustion_is_503() {
     // A one-port range below the default one, so parallel tests don't compete for it.
     let port = (30100 + rand::random::<u16>() % 800).to_string();
     let api = ApiHarness::with_env(&[("STACK_NODEPORT_MIN", &port), ("STACK_NODEPORT_MAX", &port)]).await;
-    let first = api.create(WEB_POD, json!(80)).await;
-    assert_eq!(first.status, 201, "{}", first.json);
+    let first = api.create_web().await;
     assert_eq!(first.json["node_port"].to_string(), port);
     let second = api.create(WEB_POD, json!(80)).await;
     assert_eq!(
@@ -640,7 +619,7 @@ async fn node_port_exhaustion_is_503() {
     assert_eq!(api.managed_pods().await.len(), 1);
     // Deleting frees the port for the next create.
     assert_eq!(
-        api.call(Method::DELETE, &format!("/stacks/{}", stack_id(&first)), None)
+        api.call(Method::DELETE, &format!("/stacks/{}", first.stack_id()), None)
             .await
             .status,
         200
@@ -652,7 +631,7 @@ async fn node_port_exhaustion_is_503() {
 #[tokio::test]
 async fn stack_whose_pod_was_deleted_behind_our_back_is_gone() {
     let api = ApiHarness::start().await;
-    let id = stack_id(&api.create(WEB_POD, json!(80)).await);
+    let id = api.create(WEB_POD, json!(80)).await.stack_id();
     api.pods_api()
         .delete(
             &id,
@@ -665,8 +644,7 @@ async fn stack_whose_pod_was_deleted_behind_our_back_is_gone() {
         .unwrap();
     let status = api.call(Method::GET, &format!("/stacks/{id}/status"), None).await;
     assert_eq!(status.status, 404);
-    api.assert_nothing_left().await;
-    api.finish().await;
+    api.finish_asserting_nothing_left().await;
 }
 
 /// A list page reads only its own stacks' objects: it removes its gone stacks and leaves
@@ -675,7 +653,7 @@ async fn stack_whose_pod_was_deleted_behind_our_back_is_gone() {
 async fn a_list_page_removes_its_own_gone_stacks_and_no_other() {
     let api = ApiHarness::start().await;
     api.create_stacks(4).await;
-    let ids: Vec<String> = api.records().await.iter().map(|r| r.stack_id.to_string()).collect();
+    let ids: Vec<String> = api.record_ids().await;
     let now_gone = |id: &str| {
         let pods = api.pods_api();
         let id = id.to_owned();
@@ -694,7 +672,7 @@ async fn a_list_page_removes_its_own_gone_stacks_and_no_other() {
     let page1 = api.call(Method::GET, "/stacks?limit=2", None).await;
     assert_eq!(page1.status, 200, "{}", page1.json);
     assert_eq!(listed_ids(std::slice::from_ref(&page1)), vec![ids[0].clone()]);
-    let left: Vec<String> = api.records().await.iter().map(|r| r.stack_id.to_string()).collect();
+    let left: Vec<String> = api.record_ids().await;
     assert_eq!(
         left,
         vec![ids[0].clone(), ids[2].clone(), ids[3].clone()],
@@ -719,7 +697,7 @@ async fn a_list_page_removes_its_own_gone_stacks_and_no_other() {
         .await;
     assert_eq!(page2.status, 200, "{}", page2.json);
     assert_eq!(listed_ids(std::slice::from_ref(&page2)), vec![ids[2].clone()]);
-    let left: Vec<String> = api.records().await.iter().map(|r| r.stack_id.to_string()).collect();
+    let left: Vec<String> = api.record_ids().await;
     assert_eq!(left, vec![ids[0].clone(), ids[2].clone()]);
     assert_eq!(
         api.call(Method::GET, &format!("/stacks/{}", ids[3]), None).await.status,
@@ -756,19 +734,17 @@ async fn stack_whose_node_was_deleted_is_gone() {
         .await
         .expect("node untainted in time")
         .unwrap();
-    let created = api.create(WEB_POD, json!(80)).await;
-    assert_eq!(created.status, 201, "{}", created.json);
+    let created = api.create_web().await;
     assert_eq!(created.json["node_id"], node.as_str());
     assert_eq!(created.json["node_public_ip"], "203.0.113.200");
     stack_tests::env::nodes::delete_node(&api.env.kube, &node)
         .await
         .unwrap();
     let got = api
-        .call(Method::GET, &format!("/stacks/{}", stack_id(&created)), None)
+        .call(Method::GET, &format!("/stacks/{}", created.stack_id()), None)
         .await;
     assert_eq!(got.status, 404);
-    api.assert_nothing_left().await;
-    api.finish().await;
+    api.finish_asserting_nothing_left().await;
 }
 
 #[tokio::test]
@@ -785,7 +761,7 @@ async fn repeated_idempotency_key_makes_one_stack() {
     assert_eq!(first.status, 201, "{}", first.json);
     let replay = api.send(request("key-1", WEB_POD)).await;
     assert_eq!(replay.status, 201);
-    assert_eq!(stack_id(&replay), stack_id(&first));
+    assert_eq!(replay.stack_id(), first.stack_id());
     assert_eq!(replay.json["ports"], first.json["ports"]);
     assert_eq!(replay.json["pod_spec"], first.json["pod_spec"]);
     let other_body = api
@@ -796,20 +772,19 @@ async fn repeated_idempotency_key_makes_one_stack() {
     assert_eq!(api.managed_pods().await.len(), 1);
     // Deleting the stack frees the key with it.
     assert_eq!(
-        api.call(Method::DELETE, &format!("/stacks/{}", stack_id(&first)), None)
+        api.call(Method::DELETE, &format!("/stacks/{}", first.stack_id()), None)
             .await
             .status,
         200
     );
-    api.assert_nothing_left().await;
-    api.finish().await;
+    api.finish_asserting_nothing_left().await;
 }
 
 #[tokio::test]
 async fn renew_extends_ttl_up_to_the_maximum_lifetime() {
     let api = ApiHarness::with_env(&[("STACK_TTL", "1h"), ("STACK_MAX_LIFETIME", "90m")]).await;
     let created = api.create(WEB_POD, json!(80)).await;
-    let id = stack_id(&created);
+    let id = created.stack_id();
     let before: jiff::Timestamp = created.json["ttl_expires_at"].as_str().unwrap().parse().unwrap();
     let created_at: jiff::Timestamp = created.json["created_at"].as_str().unwrap().parse().unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
@@ -821,7 +796,7 @@ async fn renew_extends_ttl_up_to_the_maximum_lifetime() {
     let api_capped = ApiHarness::with_env(&[("STACK_TTL", "1h"), ("STACK_MAX_LIFETIME", "1h")]).await;
     let capped = api_capped.create(WEB_POD, json!(80)).await;
     let refused = api_capped
-        .call(Method::POST, &format!("/stacks/{}/renew", stack_id(&capped)), None)
+        .call(Method::POST, &format!("/stacks/{}/renew", capped.stack_id()), None)
         .await;
     assert_eq!(refused.status, 409, "{}", refused.json);
     assert!(after <= created_at + jiff::SignedDuration::from_mins(90));
@@ -835,7 +810,7 @@ async fn batch_delete_is_a_durable_job() {
     let ids: Vec<String> = futures::future::join_all((0..3).map(|_| api.create(WEB_POD, json!(80))))
         .await
         .iter()
-        .map(stack_id)
+        .map(Reply::stack_id)
         .collect();
     let blank = api
         .call(
@@ -893,12 +868,7 @@ async fn batch_delete_is_a_durable_job() {
         (Some(4), Some(2), Some(2), Some(0))
     );
     assert!(job.get("errors").is_none(), "{job}");
-    let left: HashSet<String> = api
-        .records()
-        .await
-        .into_iter()
-        .map(|r| r.stack_id.to_string())
-        .collect();
+    let left: HashSet<String> = api.record_ids().await;
     assert_eq!(left, HashSet::from([ids[2].clone()]));
     api.finish().await;
 }
@@ -945,17 +915,11 @@ async fn fifty_concurrent_creates_then_fifty_concurrent_deletes() {
             "pod on {node:?}, not a node of the stacks' role"
         );
     }
-    let api_ref = &api;
-    let deletes = replies.iter().map(|r| async move {
-        api_ref
-            .call(Method::DELETE, &format!("/stacks/{}", stack_id(r)), None)
-            .await
-    });
-    for reply in futures::future::join_all(deletes).await {
+    let stacks = replies.iter().map(|r| format!("/stacks/{}", r.stack_id()));
+    for reply in api.call_each(Method::DELETE, stacks).await {
         assert_eq!(reply.status, 200, "{}", reply.json);
     }
-    api.assert_nothing_left().await;
-    api.finish().await;
+    api.finish_asserting_nothing_left().await;
 }
 
 #[tokio::test]
@@ -976,8 +940,7 @@ async fn create_against_a_hanging_apiserver_answers_503_in_time_and_leaves_nothi
         "answered after {took:?}"
     );
     // Record, manifest and the Idempotency-Key claim are gone (the cluster never got anything).
-    api.assert_nothing_left().await;
-    api.finish().await;
+    api.finish_asserting_nothing_left().await;
 }
 
 #[tokio::test]
@@ -1020,7 +983,7 @@ async fn a_read_answers_before_the_lambda_invocation_ends_even_if_the_apiserver_
 async fn list_pages_walk_every_stack_once_oldest_first() {
     let api = ApiHarness::start().await;
     let created = api.create_stacks(5).await;
-    let oldest_first: Vec<String> = api.records().await.iter().map(|r| r.stack_id.to_string()).collect();
+    let oldest_first: Vec<String> = api.record_ids().await;
     assert_eq!(
         oldest_first.iter().collect::<HashSet<_>>(),
         created.iter().collect::<HashSet<_>>()

@@ -35,13 +35,6 @@ async fn on_real_nodes(exposure: &str, ports: (u16, u16), extra: &[(&str, &str)]
     ApiHarness::on_real_nodes(&vars).await
 }
 
-fn stack_id(reply: &Reply) -> String {
-    reply.json["stack_id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no stack_id in {}", reply.json))
-        .to_owned()
-}
-
 /// Polls the status route as a platform does (every 200 ms) until the stack is no longer
 /// `creating`: the last answer, and every status it read on the way.
 async fn poll_status(api: &ApiHarness, id: &str, bound: Duration) -> (Reply, Vec<String>) {
@@ -69,7 +62,7 @@ async fn poll_status(api: &ApiHarness, id: &str, bound: Duration) -> (Reply, Vec
 async fn create_running(api: &ApiHarness, challenge: &Challenge, target_port: Value) -> (String, SocketAddr) {
     let created = api.create(&challenge.manifest(), target_port).await;
     assert_eq!(created.status, 201, "{}", created.json);
-    let id = stack_id(&created);
+    let id = created.stack_id();
     let (status, _) = poll_status(api, &id, START_BOUND).await;
     assert_eq!(status.json["status"], "running", "{}", status.json);
     let address = address_of(&status.json).unwrap_or_else(|| panic!("no address in {}", status.json));
@@ -233,7 +226,7 @@ async fn a_root_image_under_run_as_non_root_ends_failed_with_the_kubelets_reason
         "accepted: the image's user is the kubelet's to judge: {}",
         created.json
     );
-    let id = stack_id(&created);
+    let id = created.stack_id();
     let (status, _) = poll_status(&api, &id, START_BOUND).await;
     assert_eq!(status.json["status"], "failed", "{}", status.json);
     assert_eq!(status.json["reason"], "container_config_error", "{}", status.json);
@@ -257,7 +250,7 @@ async fn a_challenge_that_listens_late_answers_its_first_request_once_running() 
     let created = api.create(&challenge.manifest(), json!(8080)).await;
     assert_eq!(created.status, 201, "{}", created.json);
     assert_eq!(created.json["status"], "creating", "not ready yet: {}", created.json);
-    let id = stack_id(&created);
+    let id = created.stack_id();
     let (status, seen) = poll_status(&api, &id, START_BOUND).await;
     assert_eq!(status.json["status"], "running", "{}", status.json);
     assert!(
@@ -353,7 +346,7 @@ async fn a_stack_that_cannot_start_ends_failed_with_its_reason_and_frees_its_por
             .create(&(case.challenge)(&registry, &down).manifest(), json!(8080))
             .await;
         assert_eq!(created.status, 201, "{}: {}", case.what, created.json);
-        let id = stack_id(&created);
+        let id = created.stack_id();
         let (status, _) = poll_status(&api, &id, case.within).await;
         assert_eq!(status.json["status"], "failed", "{}: {}", case.what, status.json);
         assert_eq!(status.json["reason"], case.reason, "{}: {}", case.what, status.json);
@@ -433,7 +426,7 @@ async fn a_fork_bomb_in_one_stack_leaves_its_neighbour_answering_and_the_node_re
     let neighbour = Challenge::local(api.registry(), "tcp");
     let created = api.create(&on_node(neighbour.clone()), json!(8080)).await;
     assert_eq!(created.status, 201, "{}", created.json);
-    let neighbour_id = stack_id(&created);
+    let neighbour_id = created.stack_id();
     let (status, _) = poll_status(&api, &neighbour_id, START_BOUND).await;
     let address = address_of(&status.json).expect("address");
 
@@ -445,7 +438,7 @@ async fn a_fork_bomb_in_one_stack_leaves_its_neighbour_answering_and_the_node_re
     );
     let created = api.create(&bomb_manifest, json!(8080)).await;
     assert_eq!(created.status, 201, "{}", created.json);
-    let bomb_id = stack_id(&created);
+    let bomb_id = created.stack_id();
     tokio::time::sleep(Duration::from_secs(10)).await;
 
     let said = banner(address).await;

@@ -5,72 +5,51 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use axum::body::Body;
 use fantoccini::Locator;
-use http::{Method, Request};
+use http::Method;
 use serde_json::json;
 use stack_core::KeyHash;
-use stack_tests::api::{API_KEY, ApiHarness, Reply, WEB_POD};
+use stack_tests::api::{API_KEY, ApiHarness, WEB_POD};
 use stack_tests::browser::{Browser, plain, serve};
 
 /// Long enough for a refresh (every 4 s) and a delete; the wait ends as soon as it holds.
 const PAGE_WAIT: Duration = Duration::from_secs(20);
 
-async fn text(browser: &Browser, css: &str) -> String {
+/// The element `css` finds; `what` names it in a failure.
+async fn find(browser: &Browser, css: &str, what: &str) -> fantoccini::elements::Element {
     browser
         .client
         .find(Locator::Css(css))
         .await
-        .unwrap_or_else(|e| panic!("{css}: {e}"))
-        .text()
-        .await
-        .expect("text")
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+async fn text(browser: &Browser, css: &str) -> String {
+    find(browser, css, css).await.text().await.expect("text")
 }
 
 async fn enter_key(browser: &Browser, key: &str) {
     let input = browser.client.find(Locator::Id("key")).await.expect("key input");
     input.send_keys(key).await.expect("type key");
-    browser
-        .client
-        .find(Locator::Id("key-submit"))
-        .await
-        .expect("key button")
-        .click()
-        .await
-        .expect("submit key");
+    click(browser, "#key-submit", "key button").await;
 }
 
 /// Waits until the page has shown data loaded after `after` (ms since the epoch, as the page
 /// writes into `body[data-loaded]`).
 async fn wait_loaded_after(browser: &Browser, after: u64) {
-    let client = &browser.client;
-    client
-        .wait()
-        .at_most(PAGE_WAIT)
-        .for_element(Locator::XPath(&format!("//body[@data-loaded > {after}]")))
-        .await
-        .expect("the page loaded the data");
+    let loaded = format!("//body[@data-loaded > {after}]");
+    wait_for(browser, Locator::XPath(&loaded), "the page loaded the data").await;
 }
 
 /// Confirms the deletion the page asks about and waits until it says `id` is deleted.
 async fn confirm_deletion(browser: &Browser, id: &str) {
-    browser
-        .client
-        .find(Locator::Id("confirm-ok"))
-        .await
-        .expect("confirm button")
-        .click()
-        .await
-        .expect("confirm");
-    browser
-        .client
-        .wait()
-        .at_most(PAGE_WAIT)
-        .for_element(Locator::XPath(&format!(
-            "//p[@id='message' and contains(., 'Deleted {id}')]"
-        )))
-        .await
-        .expect("the page says it deleted the stack");
+    click(browser, "#confirm-ok", "confirm button").await;
+    wait_for(
+        browser,
+        Locator::XPath(&format!("//p[@id='message' and contains(., 'Deleted {id}')]")),
+        "the page says it deleted the stack",
+    )
+    .await;
 }
 
 async fn page_now(browser: &Browser) -> u64 {
@@ -83,39 +62,73 @@ async fn page_now(browser: &Browser) -> u64 {
         .expect("number")
 }
 
+/// Waits until the page's next load of the data has been shown.
+async fn wait_next_load(browser: &Browser) {
+    let now = page_now(browser).await;
+    wait_loaded_after(browser, now).await;
+}
+
+/// Enters `key` and waits until the page has shown the data that key reads.
+async fn sign_in(browser: &Browser, key: &str) {
+    let now = page_now(browser).await;
+    enter_key(browser, key).await;
+    wait_loaded_after(browser, now).await;
+}
+
+/// Waits until the page shows what `locator` finds; `what` names it in a failure.
+async fn wait_for(browser: &Browser, locator: Locator<'_>, what: &str) {
+    browser
+        .client
+        .wait()
+        .at_most(PAGE_WAIT)
+        .for_element(locator)
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+}
+
+/// Clicks what `css` finds; `what` names it in a failure.
+async fn click(browser: &Browser, css: &str, what: &str) {
+    let element = find(browser, css, what).await;
+    element.click().await.unwrap_or_else(|e| panic!("click {what}: {e}"));
+}
+
+/// Clicks `id`'s delete button and waits until the page asks to confirm.
+async fn ask_deletion(browser: &Browser, id: &str) {
+    click(
+        browser,
+        &format!("button.delete[data-stack-id='{id}']"),
+        "delete button",
+    )
+    .await;
+    wait_for(browser, Locator::Css("#confirm[open]"), "confirmation asked").await;
+}
+
 #[tokio::test]
 async fn dashboard_shows_what_the_api_shows_and_deletes_a_stack() {
     let api = ApiHarness::start().await;
     let mut created = BTreeSet::new();
     for _ in 0..3 {
-        let reply = api.create(WEB_POD, json!(80)).await;
-        assert_eq!(reply.status, 201, "{}", reply.json);
-        created.insert(plain(&reply.json["stack_id"]));
+        created.insert(plain(&api.create_web().await.json["stack_id"]));
     }
-    let base = serve(api.router.clone()).await.expect("serve the API");
-    let browser = Browser::start(1366, 1000).await.expect("browser");
-
-    browser
-        .client
-        .goto(&format!("{base}/dashboard"))
-        .await
-        .expect("open dashboard");
-    browser
-        .client
-        .wait()
-        .at_most(PAGE_WAIT)
-        .for_element(Locator::Id("key-form"))
-        .await
-        .expect("key form");
+    // An image declared ahead of an event, on every (simulated) stack node.
+    let image = "registry.example.com/ctf/web:1";
+    let declared = api
+        .call(Method::PUT, "/prepull", Some(json!({"images": [image]})))
+        .await;
+    assert_eq!(declared.status, 200, "{}", declared.json);
+    let started = std::time::Instant::now();
+    while api.call(Method::GET, "/prepull", None).await.json["go"] != true {
+        assert!(started.elapsed() < PAGE_WAIT * 4, "the pre-pull never said go");
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+    let browser = open_dashboard(&api).await;
     let before_key = browser.console().await.expect("console");
     assert!(
         before_key.iter().all(|e| !e.is_error()),
         "console errors on load: {before_key:?}"
     );
 
-    let t0 = page_now(&browser).await;
-    enter_key(&browser, API_KEY).await;
-    wait_loaded_after(&browser, t0).await;
+    sign_in(&browser, API_KEY).await;
     let shot = browser.screenshot("dashboard-laptop").await.expect("screenshot");
     eprintln!("screenshot: {}", shot.display());
     // `API_KEY` is the owner of tenant `default`.
@@ -128,6 +141,12 @@ async fn dashboard_shows_what_the_api_shows_and_deletes_a_stack() {
     assert_eq!(text(&browser, "#stat-ports").await, plain(&stats["used_node_ports"]));
     assert_eq!(stats["isolation"]["in_place"], true, "{}", stats["isolation"]);
     assert_eq!(text(&browser, "#stat-isolation").await, "in place");
+    assert_eq!(text(&browser, "#stat-images").await, "go");
+    assert_eq!(
+        text(&browser, "#images-summary").await,
+        plain(&stats["images"]["summary"])
+    );
+    assert_eq!(text(&browser, "#images tbody td").await, image);
     let listed: BTreeSet<String> = api.call(Method::GET, "/stacks", None).await.json["stacks"]
         .as_array()
         .expect("stacks")
@@ -135,31 +154,13 @@ async fn dashboard_shows_what_the_api_shows_and_deletes_a_stack() {
         .map(|s| plain(&s["stack_id"]))
         .collect();
     assert_eq!(listed, created);
-    let mut shown = BTreeSet::new();
-    for row in browser.client.find_all(Locator::Css("#rows .row")).await.expect("rows") {
-        shown.insert(row.attr("data-stack-id").await.expect("attr").expect("row id"));
-    }
-    assert_eq!(shown, listed, "the table shows the API's stacks");
+    assert_eq!(shown_stacks(&browser).await, listed, "the table shows the API's stacks");
     // Grouped by the challenge label of the manifest.
     assert!(text(&browser, "#groups").await.contains("web"), "challenge group shown");
 
     // Delete one through the page, with its confirmation.
     let victim = created.iter().next().expect("a stack").clone();
-    browser
-        .client
-        .find(Locator::Css(&format!("button.delete[data-stack-id='{victim}']")))
-        .await
-        .expect("delete button")
-        .click()
-        .await
-        .expect("click delete");
-    browser
-        .client
-        .wait()
-        .at_most(PAGE_WAIT)
-        .for_element(Locator::Css("#confirm[open]"))
-        .await
-        .expect("confirmation asked");
+    ask_deletion(&browser, &victim).await;
     browser.screenshot("dashboard-confirm").await.expect("screenshot");
     confirm_deletion(&browser, &victim).await;
     let pod = api.pods_api().get_opt(&victim).await.expect("get pod");
@@ -173,52 +174,20 @@ async fn dashboard_shows_what_the_api_shows_and_deletes_a_stack() {
         "pod still there"
     );
     assert!(service.is_none(), "service still there");
-    let t1 = page_now(&browser).await;
-    wait_loaded_after(&browser, t1).await;
+    wait_next_load(&browser).await;
     assert_eq!(text(&browser, "#stat-total").await, "2");
-    assert_eq!(
-        browser
-            .client
-            .find_all(Locator::Css("#rows .row"))
-            .await
-            .expect("rows")
-            .len(),
-        2
-    );
+    assert_eq!(count(&browser, "#rows .row").await, 2);
 
     // Batch-delete the whole challenge group: confirmation, then the job's progress to the end.
-    browser
-        .client
-        .find(Locator::Css("#groups button.group-delete"))
-        .await
-        .expect("group delete button")
-        .click()
-        .await
-        .expect("click group delete");
-    browser
-        .client
-        .wait()
-        .at_most(PAGE_WAIT)
-        .for_element(Locator::Css("#confirm[open]"))
-        .await
-        .expect("confirmation asked");
-    browser
-        .client
-        .find(Locator::Id("confirm-ok"))
-        .await
-        .expect("confirm button")
-        .click()
-        .await
-        .expect("confirm");
-    browser
-        .client
-        .wait()
-        .at_most(PAGE_WAIT)
-        .for_element(Locator::XPath(
-            "//span[@id='job-text' and contains(., 'completed: 2/2')]",
-        ))
-        .await
-        .expect("the batch job completes");
+    click(&browser, "#groups button.group-delete", "group delete button").await;
+    wait_for(&browser, Locator::Css("#confirm[open]"), "confirmation asked").await;
+    click(&browser, "#confirm-ok", "confirm button").await;
+    wait_for(
+        &browser,
+        Locator::XPath("//span[@id='job-text' and contains(., 'completed: 2/2')]"),
+        "the batch job completes",
+    )
+    .await;
     assert!(api.managed_services().await.is_empty(), "services left after the batch");
     assert!(api.records().await.is_empty(), "records left after the batch");
 
@@ -226,45 +195,20 @@ async fn dashboard_shows_what_the_api_shows_and_deletes_a_stack() {
     browser.client.set_window_size(390, 844).await.expect("resize");
     browser.screenshot("dashboard-phone").await.expect("screenshot");
 
-    let after = browser.console().await.expect("console");
-    assert!(after.iter().all(|e| !e.is_error()), "console errors: {after:?}");
-    browser.close().await;
-    api.finish().await;
+    close_without_console_error(browser, api).await;
 }
 
 #[tokio::test]
 async fn a_wrong_key_is_refused_with_a_clear_message() {
     let api = ApiHarness::start().await;
-    let base = serve(api.router.clone()).await.expect("serve the API");
-    let browser = Browser::start(1366, 800).await.expect("browser");
-    browser
-        .client
-        .goto(&format!("{base}/dashboard"))
-        .await
-        .expect("open dashboard");
-    browser
-        .client
-        .wait()
-        .at_most(PAGE_WAIT)
-        .for_element(Locator::Id("key-form"))
-        .await
-        .expect("key form");
+    let browser = open_dashboard(&api).await;
     enter_key(&browser, "not-the-key").await;
-    browser
-        .client
-        .wait()
-        .at_most(PAGE_WAIT)
-        .for_element(Locator::Css("#message.error"))
-        .await
-        .expect("an error message");
+    wait_for(&browser, Locator::Css("#message.error"), "an error message").await;
     let message = text(&browser, "#message").await;
     assert!(message.contains("API key was refused"), "{message}");
     assert!(
-        !browser
-            .client
-            .find(Locator::Id("main"))
+        !find(&browser, "#main", "main")
             .await
-            .expect("main")
             .is_displayed()
             .await
             .expect("displayed"),
@@ -295,22 +239,10 @@ async fn harness_with_tenants() -> ApiHarness {
     ApiHarness::with_env(&[("STACK_TENANTS", "default,ctf=500,wargame=50"), ("API_KEYS", &keys)]).await
 }
 
-/// `method path` with `key`, as a platform or an operator sends it.
-async fn call_as(api: &ApiHarness, key: &str, method: Method, path: &str, body: Option<serde_json::Value>) -> Reply {
-    let request = Request::builder()
-        .method(method)
-        .uri(path)
-        .header("x-api-key", key)
-        .header("content-type", "application/json")
-        .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
-        .expect("request");
-    api.send(request).await
-}
-
 /// A stack created by the platform whose key is `key`; its id.
 async fn create_as(api: &ApiHarness, key: &str) -> String {
     let body = json!({ "pod_spec": WEB_POD, "target_port": 80 });
-    let reply = call_as(api, key, Method::POST, "/stacks", Some(body)).await;
+    let reply = api.call_as(key, Method::POST, "/stacks", Some(body)).await;
     assert_eq!(reply.status, 201, "{}", reply.json);
     plain(&reply.json["stack_id"])
 }
@@ -324,13 +256,7 @@ async fn open_dashboard(api: &ApiHarness) -> Browser {
         .goto(&format!("{base}/dashboard"))
         .await
         .expect("open dashboard");
-    browser
-        .client
-        .wait()
-        .at_most(PAGE_WAIT)
-        .for_element(Locator::Id("key-form"))
-        .await
-        .expect("key form");
+    wait_for(&browser, Locator::Id("key-form"), "key form").await;
     browser
 }
 
@@ -365,10 +291,13 @@ async fn none_displayed(browser: &Browser, css: &str) -> bool {
     true
 }
 
-async fn assert_no_console_error(browser: &Browser) {
-    // A control the role may not use would show here as a failed call (403).
+/// How a test ends: the page logged no error (a control the role may not use would show here
+/// as a failed call, 403); the browser and the harness are closed.
+async fn close_without_console_error(browser: Browser, api: ApiHarness) {
     let entries = browser.console().await.expect("console");
     assert!(entries.iter().all(|e| !e.is_error()), "console errors: {entries:?}");
+    browser.close().await;
+    api.finish().await;
 }
 
 #[tokio::test]
@@ -380,9 +309,7 @@ async fn a_viewer_of_one_tenant_sees_its_stacks_read_only() {
         create_as(&api, WARGAME_PLATFORM).await,
     ]);
     let browser = open_dashboard(&api).await;
-    let t0 = page_now(&browser).await;
-    enter_key(&browser, WARGAME_VIEWER).await;
-    wait_loaded_after(&browser, t0).await;
+    sign_in(&browser, WARGAME_VIEWER).await;
     browser.screenshot("dashboard-viewer").await.expect("screenshot");
 
     assert_eq!(text(&browser, "#identity").await, "viewer · tenant wargame");
@@ -412,9 +339,7 @@ async fn a_viewer_of_one_tenant_sees_its_stacks_read_only() {
     assert!(note.contains("tenant wargame"), "{note}");
     assert_eq!(text(&browser, "#stat-refusals").await, "–");
 
-    assert_no_console_error(&browser).await;
-    browser.close().await;
-    api.finish().await;
+    close_without_console_error(browser, api).await;
 }
 
 #[tokio::test]
@@ -423,9 +348,7 @@ async fn an_operator_of_every_tenant_gets_the_controls_and_deletes_a_stack() {
     let ctf = create_as(&api, CTF_PLATFORM).await;
     let wargame = create_as(&api, WARGAME_PLATFORM).await;
     let browser = open_dashboard(&api).await;
-    let t0 = page_now(&browser).await;
-    enter_key(&browser, OPERATOR_EVERY_TENANT).await;
-    wait_loaded_after(&browser, t0).await;
+    sign_in(&browser, OPERATOR_EVERY_TENANT).await;
     browser.screenshot("dashboard-operator").await.expect("screenshot");
 
     assert_eq!(text(&browser, "#identity").await, "operator · every tenant");
@@ -444,33 +367,20 @@ async fn an_operator_of_every_tenant_gets_the_controls_and_deletes_a_stack() {
     assert_eq!(text(&browser, "#stat-tenant").await, "");
 
     // Delete the ctf stack through the page, with its confirmation.
-    browser
-        .client
-        .find(Locator::Css(&format!("button.delete[data-stack-id='{ctf}']")))
-        .await
-        .expect("delete button")
-        .click()
-        .await
-        .expect("click delete");
-    browser
-        .client
-        .wait()
-        .at_most(PAGE_WAIT)
-        .for_element(Locator::Css("#confirm[open]"))
-        .await
-        .expect("confirmation asked");
+    ask_deletion(&browser, &ctf).await;
     confirm_deletion(&browser, &ctf).await;
-    let gone = call_as(&api, CTF_PLATFORM, Method::GET, &format!("/stacks/{ctf}"), None).await;
+    let gone = api
+        .call_as(CTF_PLATFORM, Method::GET, &format!("/stacks/{ctf}"), None)
+        .await;
     assert_eq!(gone.status, 404, "{}", gone.json);
-    let kept = call_as(&api, WARGAME_PLATFORM, Method::GET, &format!("/stacks/{wargame}"), None).await;
+    let kept = api
+        .call_as(WARGAME_PLATFORM, Method::GET, &format!("/stacks/{wargame}"), None)
+        .await;
     assert_eq!(kept.status, 200, "{}", kept.json);
-    let t1 = page_now(&browser).await;
-    wait_loaded_after(&browser, t1).await;
+    wait_next_load(&browser).await;
     assert_eq!(shown_stacks(&browser).await, BTreeSet::from([wargame]));
 
-    assert_no_console_error(&browser).await;
-    browser.close().await;
-    api.finish().await;
+    close_without_console_error(browser, api).await;
 }
 
 #[tokio::test]
@@ -478,13 +388,7 @@ async fn a_platform_key_is_told_it_cannot_open_the_dashboard() {
     let api = harness_with_tenants().await;
     let browser = open_dashboard(&api).await;
     enter_key(&browser, CTF_PLATFORM).await;
-    browser
-        .client
-        .wait()
-        .at_most(PAGE_WAIT)
-        .for_element(Locator::Css("#message.error"))
-        .await
-        .expect("a message");
+    wait_for(&browser, Locator::Css("#message.error"), "a message").await;
     let message = text(&browser, "#message").await;
     assert!(
         message.contains("platform key of tenant ctf cannot open the dashboard"),
@@ -493,7 +397,5 @@ async fn a_platform_key_is_told_it_cannot_open_the_dashboard() {
     assert!(message.contains("operator and viewer keys"), "{message}");
     assert!(none_displayed(&browser, "#main").await, "no panel for a platform key");
     browser.screenshot("dashboard-platform").await.expect("screenshot");
-    assert_no_console_error(&browser).await;
-    browser.close().await;
-    api.finish().await;
+    close_without_console_error(browser, api).await;
 }

@@ -20,6 +20,11 @@ async fn connect() -> TestEnv {
     TestEnv::connect().await.expect("local environment (run tests/env/up)")
 }
 
+/// A fresh namespace of the local environment, its name starting with `prefix`.
+async fn fresh_namespace(prefix: &str) -> TestNamespace {
+    connect().await.fresh_namespace(prefix).await.expect("namespace")
+}
+
 fn s(value: &str) -> AttributeValue {
     AttributeValue::S(value.to_owned())
 }
@@ -148,9 +153,15 @@ fn is_unschedulable(pod: Option<&Pod>) -> bool {
         })
 }
 
-fn api_error_message(error: kube::Error) -> (u16, String) {
-    match error {
-        kube::Error::Api(status) => (status.code, status.message),
+/// The apiserver refused the call (`what` says what must be refused) with `code` and a
+/// message that says `says`.
+fn assert_refused<T: std::fmt::Debug>(result: Result<T, kube::Error>, what: &str, code: u16, says: &str) {
+    match result.expect_err(what) {
+        kube::Error::Api(status) => {
+            let message = status.message;
+            assert_eq!(status.code, code, "{message}");
+            assert!(message.contains(says), "{message}");
+        }
         other => panic!("expected an apiserver rejection, got {other:?}"),
     }
 }
@@ -200,8 +211,7 @@ async fn stack_pod_runs_on_a_stack_node_with_an_external_ip() {
 
 #[tokio::test]
 async fn a_node_port_is_allocated_only_once() {
-    let env = connect().await;
-    let namespace = env.fresh_namespace("ground-port").await.expect("namespace");
+    let namespace = fresh_namespace("ground-port").await;
     let services: Api<Service> = namespace.api();
 
     // Other tests allocate ports from the same cluster-wide range: retry on a taken one.
@@ -229,18 +239,19 @@ async fn a_node_port_is_allocated_only_once() {
 
     let refused = services
         .create(&PostParams::default(), &node_port_service("second", Some(port)))
-        .await
-        .expect_err("the same nodePort twice must be refused");
-    let (code, message) = api_error_message(refused);
-    assert_eq!(code, 422, "{message}");
-    assert!(message.contains("already allocated"), "{message}");
+        .await;
+    assert_refused(
+        refused,
+        "the same nodePort twice must be refused",
+        422,
+        "already allocated",
+    );
     namespace.delete().await.expect("delete namespace");
 }
 
 #[tokio::test]
 async fn a_pod_no_node_can_hold_is_unschedulable() {
-    let env = connect().await;
-    let namespace = env.fresh_namespace("ground-big").await.expect("namespace");
+    let namespace = fresh_namespace("ground-big").await;
     let pods: Api<Pod> = namespace.api();
 
     pods.create(
@@ -265,8 +276,7 @@ async fn a_pod_no_node_can_hold_is_unschedulable() {
 
 #[tokio::test]
 async fn resource_quota_rejects_an_over_quota_pod() {
-    let env = connect().await;
-    let namespace = env.fresh_namespace("ground-quota").await.expect("namespace");
+    let namespace = fresh_namespace("ground-quota").await;
     let quotas: Api<ResourceQuota> = namespace.api();
     let quota: ResourceQuota = serde_json::from_value(json!({
         "metadata": { "name": "cap" },
@@ -289,11 +299,8 @@ async fn resource_quota_rejects_an_over_quota_pod() {
             &PostParams::default(),
             &pod("greedy", (ROLE_LABEL, SIMULATED_ROLE), "2"),
         )
-        .await
-        .expect_err("a pod over the quota must be refused");
-    let (code, message) = api_error_message(refused);
-    assert_eq!(code, 403, "{message}");
-    assert!(message.contains("exceeded quota"), "{message}");
+        .await;
+    assert_refused(refused, "a pod over the quota must be refused", 403, "exceeded quota");
 
     run_pod(&namespace, &pod("modest", (ROLE_LABEL, SIMULATED_ROLE), "500m")).await;
     namespace.delete().await.expect("delete namespace");
@@ -301,8 +308,7 @@ async fn resource_quota_rejects_an_over_quota_pod() {
 
 #[tokio::test]
 async fn limit_range_defaults_apply_to_pods_without_resources() {
-    let env = connect().await;
-    let namespace = env.fresh_namespace("ground-limits").await.expect("namespace");
+    let namespace = fresh_namespace("ground-limits").await;
     let limits: LimitRange = serde_json::from_value(json!({
         "metadata": { "name": "defaults" },
         "spec": { "limits": [{ "type": "Container", "default": { "cpu": "300m" }, "defaultRequest": { "cpu": "200m" } }] }
@@ -355,21 +361,19 @@ async fn pod_security_restricted_namespace_rejects_a_privileged_pod() {
         container.security_context =
             Some(serde_json::from_value(json!({ "privileged": true })).expect("valid security context"));
     }
-    let refused = namespace
-        .api::<Pod>()
-        .create(&PostParams::default(), &privileged)
-        .await
-        .expect_err("restricted namespaces refuse privileged pods");
-    let (code, message) = api_error_message(refused);
-    assert_eq!(code, 403, "{message}");
-    assert!(message.contains("violates PodSecurity \"restricted"), "{message}");
+    let refused = namespace.api::<Pod>().create(&PostParams::default(), &privileged).await;
+    assert_refused(
+        refused,
+        "restricted namespaces refuse privileged pods",
+        403,
+        "violates PodSecurity \"restricted",
+    );
     namespace.delete().await.expect("delete namespace");
 }
 
 #[tokio::test]
 async fn deleting_a_pod_garbage_collects_the_service_it_owns() {
-    let env = connect().await;
-    let namespace = env.fresh_namespace("ground-gc").await.expect("namespace");
+    let namespace = fresh_namespace("ground-gc").await;
     let owner = run_pod(&namespace, &pod("owner", (ROLE_LABEL, SIMULATED_ROLE), "100m")).await;
     let owner_uid = owner.metadata.uid.clone().expect("pod uid");
 

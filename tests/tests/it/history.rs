@@ -22,6 +22,16 @@ async fn without_key(api: &ApiHarness, path: &str) -> (u16, http::HeaderMap, Vec
     (status, headers, body)
 }
 
+/// The sum of the counts in the object `stats[field]`.
+fn sum_of(stats: &Value, field: &str) -> u64 {
+    stats[field]
+        .as_object()
+        .expect(field)
+        .values()
+        .filter_map(Value::as_u64)
+        .sum()
+}
+
 #[tokio::test]
 async fn page_and_document_need_no_key_and_data_still_does() {
     let api = ApiHarness::start().await;
@@ -108,8 +118,7 @@ async fn stats_show_headroom_of_ports_and_stack_nodes() {
 #[tokio::test]
 async fn history_shows_reconcile_passes_and_refused_creates() {
     let api = ApiHarness::start().await;
-    let created = api.create(WEB_POD, json!(80)).await;
-    assert_eq!(created.status, 201, "{}", created.json);
+    api.create_web().await;
     let refused = api.create("kind: Service", json!(80)).await;
     assert_eq!(refused.status, 400);
 
@@ -208,12 +217,7 @@ async fn stats_count_exactly_what_creates_and_deletes_leave() {
     // Every count against what the records say (each stack takes 100m and 64Mi).
     let expect = |stats: &Value, stacks: u64, ports: u64| {
         assert_eq!(stats["total_stacks"], json!(stacks), "{stats}");
-        let statuses: u64 = stats["status_counts"]
-            .as_object()
-            .expect("status_counts")
-            .values()
-            .filter_map(Value::as_u64)
-            .sum();
+        let statuses = sum_of(stats, "status_counts");
         assert_eq!(statuses, stacks, "{stats}");
         let active = stats["active_stacks"].as_u64().expect("active_stacks");
         assert_eq!(active, stacks, "every stack here is creating or running: {stats}");
@@ -225,12 +229,7 @@ async fn stats_count_exactly_what_creates_and_deletes_leave() {
             json!(64 * 1024 * 1024 * stacks),
             "{stats}"
         );
-        let placed: u64 = stats["node_distribution"]
-            .as_object()
-            .expect("node_distribution")
-            .values()
-            .filter_map(Value::as_u64)
-            .sum();
+        let placed = sum_of(stats, "node_distribution");
         let on_nodes: u64 = stats["capacity"]["nodes"]
             .as_object()
             .expect("capacity.nodes")

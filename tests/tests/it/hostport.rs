@@ -11,16 +11,9 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, WatchEvent, WatchParams};
 use serde_json::{Value, json};
-use stack_tests::api::{ApiHarness, Reply, WEB_POD};
+use stack_tests::api::{ApiHarness, WEB_POD};
 use stack_tests::env::{SimulatedNode, TestEnv, nodes, unique_name};
 use stack_tests::reconciler::{TestReconciler, add_schedulable_node, wait_gone};
-
-fn stack_id(reply: &Reply) -> String {
-    reply.json["stack_id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no stack_id in {}", reply.json))
-        .to_owned()
-}
 
 /// Two stack nodes of a role of their own (so that no other test's pods land there), with
 /// distinct public addresses.
@@ -107,17 +100,22 @@ fn placements(pods: &[Pod]) -> Vec<(String, i32)> {
         .collect()
 }
 
+/// Host-port stacks on the nodes of `role` with one port (31001): a node holds one stack.
+fn one_port_on(role: &str) -> [(&'static str, &str); 4] {
+    [
+        ("STACK_EXPOSURE", "hostport"),
+        ("STACK_NODE_ROLE", role),
+        ("STACK_NODEPORT_MIN", "31001"),
+        ("STACK_NODEPORT_MAX", "31001"),
+    ]
+}
+
 #[tokio::test]
 async fn a_hostport_stack_holds_its_port_on_its_node_and_a_port_serves_one_stack_per_node() {
     let nodes = StackNodes::add().await;
     let made = &nodes.nodes;
-    let settings = [
-        ("STACK_EXPOSURE", "hostport"),
-        ("STACK_NODE_ROLE", nodes.role.as_str()),
-        // One port: two nodes hold two stacks.
-        ("STACK_NODEPORT_MIN", "31001"),
-        ("STACK_NODEPORT_MAX", "31001"),
-    ];
+    // One port: two nodes hold two stacks.
+    let settings = one_port_on(&nodes.role);
     let api = ApiHarness::with_env(&settings).await;
 
     let first = api.create(WEB_POD, json!(80)).await;
@@ -149,7 +147,7 @@ async fn a_hostport_stack_holds_its_port_on_its_node_and_a_port_serves_one_stack
     assert_eq!(labels["app.kubernetes.io/managed-by"], "stack-provisioner");
 
     // Reads find them alive (no Service is not "service missing"), at their node's address.
-    let id = stack_id(&first);
+    let id = first.stack_id();
     let read = api.call(Method::GET, &format!("/stacks/{id}"), None).await;
     assert_eq!(read.status, 200, "{}", read.json);
     // `pod_spec` is the pod as applied: with the host port it holds, in the answer and stored.
@@ -200,9 +198,8 @@ async fn a_hostport_stack_holds_its_port_on_its_node_and_a_port_serves_one_stack
     wait_gone(&api.pods_api(), &id)
         .await
         .expect("the deleted stack's pod goes");
-    let again = api.create(WEB_POD, json!(80)).await;
-    assert_eq!(again.status, 201, "{}", again.json);
-    let again_id = stack_id(&again);
+    let again = api.create_web().await;
+    let again_id = again.stack_id();
     let placed = api.call(Method::GET, &format!("/stacks/{again_id}"), None).await;
     assert_eq!(placed.json["node_id"], node.as_str(), "{}", placed.json);
 
@@ -213,12 +210,7 @@ async fn a_hostport_stack_holds_its_port_on_its_node_and_a_port_serves_one_stack
 #[tokio::test]
 async fn a_creator_whose_view_is_old_finds_the_port_taken_everywhere_and_a_new_one_reads_it_first() {
     let nodes = StackNodes::add().await;
-    let settings = [
-        ("STACK_EXPOSURE", "hostport"),
-        ("STACK_NODE_ROLE", nodes.role.as_str()),
-        ("STACK_NODEPORT_MIN", "31001"),
-        ("STACK_NODEPORT_MAX", "31001"),
-    ];
+    let settings = one_port_on(&nodes.role);
     let a = ApiHarness::with_env(&settings).await;
     let b = sandbox_of(&a, &settings).await;
     // B's view (refreshed now) sees one of two slots taken; A then takes the other.
@@ -263,10 +255,9 @@ async fn switching_to_hostport_keeps_nodeport_stacks_alive_and_their_ports_taken
     let mut nodeport_settings = vec![("STACK_NODE_ROLE", nodes.role.as_str())];
     nodeport_settings.extend_from_slice(&range);
     let before = ApiHarness::with_env(&nodeport_settings).await;
-    let old = before.create(WEB_POD, json!(80)).await;
-    assert_eq!(old.status, 201, "{}", old.json);
+    let old = before.create_web().await;
     let old_port = old.json["node_port"].as_u64().expect("node port");
-    let old_id = stack_id(&old);
+    let old_id = old.stack_id();
 
     let mut hostport_settings = nodeport_settings.clone();
     hostport_settings.push(("STACK_EXPOSURE", "hostport"));
@@ -289,8 +280,7 @@ async fn switching_to_hostport_keeps_nodeport_stacks_alive_and_their_ports_taken
         .expect("relabel");
     let mut ports = BTreeMap::new();
     for _ in 0..2 {
-        let created = after.create(WEB_POD, json!(80)).await;
-        assert_eq!(created.status, 201, "{}", created.json);
+        let created = after.create_web().await;
         *ports
             .entry(created.json["node_port"].as_u64().expect("port"))
             .or_insert(0) += 1;

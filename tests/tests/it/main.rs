@@ -16,6 +16,7 @@ mod hostport;
 mod isolation;
 mod lambda;
 mod preflight;
+mod prepull;
 mod rbac;
 mod reconciler;
 mod store;

@@ -39,6 +39,22 @@ async fn preflight(api: &ApiHarness, key: &TestKey, body: Value) -> Reply {
     reply
 }
 
+/// The `images` check says no-go, its detail naming `missing` (an image on how many nodes).
+fn assert_images_missing(reply: &Reply, missing: &str) {
+    let images = check(reply, "images");
+    assert_eq!(images["go"], false, "{images}");
+    assert!(
+        images["detail"].as_str().unwrap_or_default().contains(missing),
+        "{images}"
+    );
+}
+
+/// [`preflight`] of `count` stacks of one manifest.
+async fn preflight_of(api: &ApiHarness, key: &TestKey, count: u32, pod_spec: &str, target_port: u16) -> Reply {
+    let stacks = json!([{"count": count, "pod_spec": pod_spec, "target_port": target_port}]);
+    preflight(api, key, json!({ "stacks": stacks })).await
+}
+
 fn check<'a>(reply: &'a Reply, limit: &str) -> &'a Value {
     reply.json["checks"]
         .as_array()
@@ -76,14 +92,7 @@ async fn each_limit_set_too_low_is_no_go_with_what_is_missing() {
         assert!(summary.contains(limit), "{summary}");
     }
     // The simulated nodes hold no image at all: the first stacks would wait for the pull.
-    let images = check(&reply, "images");
-    assert_eq!(images["go"], false, "{images}");
-    assert!(
-        images["detail"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("registry.example/ctf/big:1 on 0 of")
-    );
+    assert_images_missing(&reply, "registry.example/ctf/big:1 on 0 of");
     assert_eq!(check(&reply, "pods")["go"], true);
     // Platform keys cannot ask; a manifest a create would refuse is a 400 naming it.
     let refused = api
@@ -116,12 +125,7 @@ async fn each_limit_set_too_low_is_no_go_with_what_is_missing() {
 async fn a_burst_twice_the_room_is_refused_by_as_many_creates_as_predicted() {
     let api = harness(&[("ctf", 3)], &[("STACK_CREATE_CONCURRENCY", "32")]).await;
     // The nodes' memory: room for 4 of the big stacks (2 per simulated node).
-    let predicted = preflight(
-        &api,
-        &ALL_OPERATOR,
-        json!({"stacks": [{"count": 8, "pod_spec": BIG_POD, "target_port": 80}]}),
-    )
-    .await;
+    let predicted = preflight_of(&api, &ALL_OPERATOR, 8, BIG_POD, 80).await;
     let placement = check(&predicted, "placement");
     let room = placement["available"].as_f64().expect("available") as usize;
     assert_eq!(placement["go"], false, "{placement}");
@@ -136,12 +140,7 @@ async fn a_burst_twice_the_room_is_refused_by_as_many_creates_as_predicted() {
     );
 
     // The tenant's limit: 3 of 6 for ctf, as predicted.
-    let predicted = preflight(
-        &api,
-        &CTF_OPERATOR,
-        json!({"stacks": [{"count": 6, "pod_spec": WEB_POD, "target_port": 80}]}),
-    )
-    .await;
+    let predicted = preflight_of(&api, &CTF_OPERATOR, 6, WEB_POD, 80).await;
     let tenant = check(&predicted, "tenant");
     assert_eq!(tenant["headroom"].as_f64(), Some(-3.0), "{tenant}");
     let creates = (0..6).map(|_| {
@@ -178,20 +177,7 @@ async fn the_real_nodes_holding_the_challenge_image_say_go() {
     let missing = Challenge::local(api.registry(), "tcp")
         .manifest()
         .replace("tcp:1", "tcp:never-pulled");
-    let reply = preflight(
-        &api,
-        &ALL_OPERATOR,
-        json!({"stacks": [{"count": 1, "pod_spec": missing, "target_port": 8080}]}),
-    )
-    .await;
-    let images = check(&reply, "images");
-    assert_eq!(images["go"], false, "{images}");
-    assert!(
-        images["detail"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("tcp:never-pulled on 0 of 2"),
-        "{images}"
-    );
+    let reply = preflight_of(&api, &ALL_OPERATOR, 1, &missing, 8080).await;
+    assert_images_missing(&reply, "tcp:never-pulled on 0 of 2");
     api.finish().await;
 }

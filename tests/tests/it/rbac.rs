@@ -14,7 +14,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use stack_core::{Reconciler, StackId, run_pass};
-use stack_tests::api::{ApiHarness, WEB_POD, kube_config};
+use stack_tests::api::{ApiHarness, kube_config};
 use stack_tests::env::rbac_manifest::{self, RbacManifest};
 use stack_tests::env::{TestEnv, TestNamespace};
 use stack_tests::reconciler::{PASS_BUDGET, reconciler_config, set_ttl, stacks_over};
@@ -42,8 +42,9 @@ impl Granted {
         let mut labels = template
             .objects::<Namespace>()
             .expect("namespace")
-            .pop()
-            .expect("the manifest's Namespace")
+            .into_iter()
+            .find(|n| n.metadata.name.as_deref() == Some(rbac_manifest::DEFAULT_NAMESPACE))
+            .expect("the manifest's stack Namespace")
             .metadata
             .labels
             .unwrap_or_default();
@@ -57,15 +58,14 @@ impl Granted {
             .expect("namespace");
         let name = namespace.name().to_owned();
         let manifest = RbacManifest::load_for_namespace(&name).expect("rbac manifest");
-        rbac_manifest::apply(&namespace.api(), &manifest.objects::<Role>().expect("roles"))
+        let roles = manifest.objects_in::<Role>(&name).expect("roles");
+        rbac_manifest::apply(&namespace.api(), &roles)
             .await
             .expect("apply Role");
-        rbac_manifest::apply(
-            &namespace.api(),
-            &manifest.objects::<RoleBinding>().expect("role bindings"),
-        )
-        .await
-        .expect("apply RoleBinding");
+        let bindings = manifest.objects_in::<RoleBinding>(&name).expect("role bindings");
+        rbac_manifest::apply(&namespace.api(), &bindings)
+            .await
+            .expect("apply RoleBinding");
         let cluster_name = format!("stack-provisioner-{name}");
         let mut roles = manifest.objects::<ClusterRole>().expect("cluster roles");
         for role in &mut roles {
@@ -150,8 +150,7 @@ impl Granted {
 async fn run_the_product(granted: &Granted, api: &ApiHarness) {
     let mut ids = Vec::new();
     for _ in 0..3 {
-        let created = api.create(WEB_POD, json!(80)).await;
-        assert_eq!(created.status, 201, "{}", created.json);
+        let created = api.create_web().await;
         ids.push(created.json["stack_id"].as_str().expect("stack_id").to_owned());
     }
     for path in [
@@ -245,8 +244,7 @@ async fn so_do_host_port_stacks() {
 async fn verbs_the_functions_never_use_are_refused() {
     let granted = Granted::grant(false).await;
     let api = granted.api(&[]).await;
-    let created = api.create(WEB_POD, json!(80)).await;
-    assert_eq!(created.status, 201, "{}", created.json);
+    api.create_web().await;
     let pod = api.managed_pods().await.pop().expect("the stack's pod");
 
     let pods: Api<Pod> = Api::namespaced(granted.client(), &granted.namespace);
@@ -275,6 +273,8 @@ async fn verbs_the_functions_never_use_are_refused() {
         ("patch", "networking.k8s.io", "networkpolicies", false),
         ("get", core, "nodes", true),
         ("list", core, "nodes", true),
+        // The startup taint's removal.
+        ("patch", core, "nodes", true),
     ];
     let refused = [
         ("patch", core, "pods", false),
@@ -291,7 +291,6 @@ async fn verbs_the_functions_never_use_are_refused() {
         ("get", core, "secrets", false),
         ("create", core, "serviceaccounts", false),
         ("watch", core, "nodes", true),
-        ("patch", core, "nodes", true),
         ("create", core, "namespaces", true),
         ("patch", core, "namespaces", true),
     ];

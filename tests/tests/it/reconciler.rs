@@ -16,7 +16,7 @@ use stack_core::{
     BatchDeleteJob, JobStatus, LEASE_NAME, MANAGED_BY_LABEL, MANAGED_BY_VALUE, ObservedState, StackId, StackStatus,
     Summary, new_job_id,
 };
-use stack_tests::api::{ApiHarness, WEB_POD, listed_ids};
+use stack_tests::api::{ApiHarness, listed_ids};
 use stack_tests::env::{SimulatedNode, nodes, unique_name};
 use stack_tests::reconciler::{
     TestReconciler, add_schedulable_node, minimal_pod, set_stored_status, set_ttl, stack_pod, stack_service,
@@ -37,7 +37,7 @@ impl State {
     async fn of(api: &ApiHarness) -> Self {
         let name = |meta: &kube::api::ObjectMeta| meta.name.clone().unwrap_or_default();
         Self {
-            records: api.records().await.iter().map(|r| r.stack_id.to_string()).collect(),
+            records: api.record_ids().await,
             manifests: api
                 .state
                 .stacks
@@ -61,9 +61,15 @@ impl State {
     }
 }
 
+/// A harness with the defaults and a reconciler over it.
+async fn harness_and_reconciler() -> (ApiHarness, TestReconciler) {
+    let api = ApiHarness::start().await;
+    let reconciler = TestReconciler::over(&api, &[]).await;
+    (api, reconciler)
+}
+
 async fn create_stack(api: &ApiHarness) -> StackId {
-    let reply = api.create(WEB_POD, json!(80)).await;
-    assert_eq!(reply.status, 201, "{}", reply.json);
+    let reply = api.create_web().await;
     reply.json["stack_id"]
         .as_str()
         .and_then(|id| id.parse().ok())
@@ -108,8 +114,7 @@ fn idle(summary: &Summary) -> Summary {
 
 #[tokio::test]
 async fn expired_stack_is_removed_and_a_live_one_kept() {
-    let api = ApiHarness::start().await;
-    let reconciler = TestReconciler::over(&api, &[]).await;
+    let (api, reconciler) = harness_and_reconciler().await;
     let (expired, live) = (create_stack(&api).await, create_stack(&api).await);
     set_ttl(reconciler.store(), &expired, past()).await.unwrap();
 
@@ -142,14 +147,12 @@ async fn stack_expires_after_a_short_ttl() {
 
     let summary = reconciler.pass().await;
     assert_eq!((summary.counts.expired, summary.counts.failures), (1, 0), "{summary:?}");
-    api.assert_nothing_left().await;
-    api.finish().await;
+    api.finish_asserting_nothing_left().await;
 }
 
 #[tokio::test]
 async fn status_changes_are_written_back_once() {
-    let api = ApiHarness::start().await;
-    let reconciler = TestReconciler::over(&api, &[]).await;
+    let (api, reconciler) = harness_and_reconciler().await;
     let id = create_stack(&api).await;
     let pod = wait_pod_running(&api.pods_api(), &id.pod_name()).await.unwrap();
     // The record falls behind the cluster (as when a create answers before its pod starts).
@@ -191,8 +194,7 @@ async fn status_changes_are_written_back_once() {
 
 #[tokio::test]
 async fn stack_whose_pod_was_deleted_behind_our_back_loses_service_and_record() {
-    let api = ApiHarness::start().await;
-    let reconciler = TestReconciler::over(&api, &[]).await;
+    let (api, reconciler) = harness_and_reconciler().await;
     let (lost, kept) = (running_stack(&api, &reconciler).await, create_stack(&api).await);
     // The service no longer names the pod as its owner, so the garbage collector leaves it
     // (orphan propagation alone races the collector's view of a just-created service):
@@ -216,8 +218,7 @@ async fn stack_whose_pod_was_deleted_behind_our_back_loses_service_and_record() 
 
 #[tokio::test]
 async fn stack_whose_service_was_deleted_loses_pod_and_record() {
-    let api = ApiHarness::start().await;
-    let reconciler = TestReconciler::over(&api, &[]).await;
+    let (api, reconciler) = harness_and_reconciler().await;
     let (lost, kept) = (running_stack(&api, &reconciler).await, create_stack(&api).await);
     api.services_api()
         .delete(&lost.service_name(), &DeleteParams::default())
@@ -252,8 +253,7 @@ async fn stack_whose_node_was_deleted_is_removed() {
         .unwrap();
     let summary = reconciler.pass().await;
     assert_eq!((summary.counts.drift, summary.counts.failures), (1, 0), "{summary:?}");
-    api.assert_nothing_left().await;
-    api.finish().await;
+    api.finish_asserting_nothing_left().await;
 }
 
 #[tokio::test]
@@ -457,14 +457,12 @@ async fn only_one_pass_runs_at_a_time() {
     let (ran, waited) = if a.lease_held { (a, b) } else { (b, a) };
     assert_eq!((ran.counts.expired, ran.counts.failures), (1, 0), "{ran:?}");
     assert_eq!(waited.counts.expired, 0);
-    api.assert_nothing_left().await;
-    api.finish().await;
+    api.finish_asserting_nothing_left().await;
 }
 
 #[tokio::test]
 async fn pass_out_of_time_stops_cleanly_and_the_next_one_finishes() {
-    let api = ApiHarness::start().await;
-    let reconciler = TestReconciler::over(&api, &[]).await;
+    let (api, reconciler) = harness_and_reconciler().await;
     let mut ids = Vec::new();
     for _ in 0..3 {
         let id = create_stack(&api).await;
@@ -497,14 +495,12 @@ async fn pass_out_of_time_stops_cleanly_and_the_next_one_finishes() {
         (3, 0, 0),
         "{next:?}"
     );
-    api.assert_nothing_left().await;
-    api.finish().await;
+    api.finish_asserting_nothing_left().await;
 }
 
 #[tokio::test]
 async fn stalled_batch_delete_job_is_carried_to_completion() {
-    let api = ApiHarness::start().await;
-    let reconciler = TestReconciler::over(&api, &[]).await;
+    let (api, reconciler) = harness_and_reconciler().await;
     let store = reconciler.store();
     let (doomed, listed_later) = (create_stack(&api).await, create_stack(&api).await);
     let unknown = "stack-0123456789abcdef".to_owned();
@@ -551,8 +547,7 @@ async fn stalled_batch_delete_job_is_carried_to_completion() {
 
 #[tokio::test]
 async fn scheduled_event_runs_one_pass_through_the_lambda_handler() {
-    let api = ApiHarness::start().await;
-    let reconciler = TestReconciler::over(&api, &[]).await;
+    let (api, reconciler) = harness_and_reconciler().await;
     let id = create_stack(&api).await;
     set_ttl(reconciler.store(), &id, past()).await.unwrap();
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../events/scheduled.json");
@@ -574,6 +569,5 @@ async fn scheduled_event_runs_one_pass_through_the_lambda_handler() {
         "{answer}"
     );
     assert_eq!(answer["failures"], 0, "{answer}");
-    api.assert_nothing_left().await;
-    api.finish().await;
+    api.finish_asserting_nothing_left().await;
 }

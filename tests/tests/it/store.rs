@@ -13,18 +13,29 @@ use stack_core::{
     IdempotencyClaim, ListCursor, MAX_ITEM_BYTES, Manifest, ObservedState, StackId, StackStatus, StackUsage, Store,
     StoreError, StoredManifest, UnstorableManifest,
 };
-use stack_tests::api::{ApiHarness, Reply, listed_ids};
+use stack_tests::api::{ApiHarness, listed_ids};
 use stack_tests::env::{TableDefinition, TestEnv, TestTable};
 use stack_tests::manifests::{noise, put_plain_manifest};
 use stack_tests::reconciler::{running_record, set_stored_attribute, set_stored_status, stored_key};
 
-#[tokio::test]
-async fn record_and_manifest_are_written_read_and_removed_together() {
+/// A store over a fresh table of the local environment; the caller deletes the table.
+async fn fresh_store() -> (TestTable, Store) {
     let env = TestEnv::connect().await.expect("local environment (run tests/env/up)");
     let table = env.fresh_table("store").await.expect("fresh table");
     let store = Store::new(env.dynamodb.clone(), table.name(), true);
+    (table, store)
+}
+
+/// A test record's expiry: far enough that nothing expires during a test.
+fn in_an_hour() -> Timestamp {
+    Timestamp::now() + SignedDuration::from_hours(1)
+}
+
+#[tokio::test]
+async fn record_and_manifest_are_written_read_and_removed_together() {
+    let (table, store) = fresh_store().await;
     let id = StackId::generate();
-    let ttl = Timestamp::now() + SignedDuration::from_hours(1);
+    let ttl = in_an_hour();
     let record = running_record(&id, "stacks", "node-1", Some("203.0.113.1"), ttl);
     store.put_new_stack(&record).await.unwrap();
 
@@ -58,11 +69,9 @@ async fn record_and_manifest_are_written_read_and_removed_together() {
 
 #[tokio::test]
 async fn manifests_written_before_compression_still_read() {
-    let env = TestEnv::connect().await.expect("local environment (run tests/env/up)");
-    let table = env.fresh_table("store").await.expect("fresh table");
-    let store = Store::new(env.dynamodb.clone(), table.name(), true);
+    let (table, store) = fresh_store().await;
     let id = StackId::generate();
-    let ttl = Timestamp::now() + SignedDuration::from_hours(1);
+    let ttl = in_an_hour();
     let mut record = running_record(&id, "stacks", "node-1", Some("203.0.113.1"), ttl);
     store.put_new_stack(&record).await.unwrap();
     // As the previous version wrote it: the manifest as a plain string attribute.
@@ -88,9 +97,7 @@ async fn manifests_written_before_compression_still_read() {
 
 #[tokio::test]
 async fn the_largest_manifest_encode_accepts_is_one_dynamodb_stores() {
-    let env = TestEnv::connect().await.expect("local environment (run tests/env/up)");
-    let table = env.fresh_table("store").await.expect("fresh table");
-    let store = Store::new(env.dynamodb.clone(), table.name(), true);
+    let (table, store) = fresh_store().await;
     // Incompressible text: the longest whose item still fits, found by bisection.
     let text = noise(MAX_ITEM_BYTES * 2, 7);
     let (mut fits, mut too_long) = (MAX_ITEM_BYTES / 2, text.len());
@@ -106,7 +113,7 @@ async fn the_largest_manifest_encode_accepts_is_one_dynamodb_stores() {
     assert!(largest.item_bytes() > MAX_ITEM_BYTES - 64, "{}", largest.item_bytes());
 
     let id = StackId::generate();
-    let ttl = Timestamp::now() + SignedDuration::from_hours(1);
+    let ttl = in_an_hour();
     let mut record = running_record(&id, "stacks", "node-1", None, ttl);
     record.pod_spec = text[..fits].to_owned();
     store.put_new_stack(&record).await.unwrap();
@@ -126,10 +133,8 @@ async fn the_largest_manifest_encode_accepts_is_one_dynamodb_stores() {
 
 #[tokio::test]
 async fn stack_keys_page_oldest_first_and_each_once() {
-    let env = TestEnv::connect().await.expect("local environment (run tests/env/up)");
-    let table = env.fresh_table("store").await.expect("fresh table");
-    let store = Store::new(env.dynamodb.clone(), table.name(), true);
-    let ttl = Timestamp::now() + SignedDuration::from_hours(1);
+    let (table, store) = fresh_store().await;
+    let ttl = in_an_hour();
     let start = Timestamp::now() - SignedDuration::from_hours(1);
     let mut records = Vec::new();
     // Written newest first, with a whole second and a tie among them.
@@ -180,13 +185,6 @@ async fn stack_keys_page_oldest_first_and_each_once() {
     table.delete().await.unwrap();
 }
 
-fn stack_id(reply: &Reply) -> String {
-    reply.json["stack_id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no stack_id in {}", reply.json))
-        .to_owned()
-}
-
 #[tokio::test]
 async fn a_page_of_large_manifests_stays_under_the_byte_bound() {
     let api = ApiHarness::start().await;
@@ -203,7 +201,7 @@ async fn a_page_of_large_manifests_stays_under_the_byte_bound() {
     }
 
     let pages = api.walk_pages(None).await;
-    let oldest_first: Vec<String> = api.records().await.iter().map(|r| r.stack_id.to_string()).collect();
+    let oldest_first: Vec<String> = api.record_ids().await;
     assert_eq!(listed_ids(&pages), oldest_first, "each stack once, oldest first");
     assert!(pages.len() >= 2, "12 stacks of this size cannot fit one page");
     let mut total = 0;
@@ -243,7 +241,7 @@ async fn manifests_at_the_validator_limits_are_stored_whole_or_refused_before_an
         let created = api.create(&manifest, json!(80)).await;
         match created.status {
             201 => {
-                let id = stack_id(&created);
+                let id = created.stack_id();
                 let pod_spec = created.json["pod_spec"].as_str().unwrap();
                 // Hardened, with both containers' env spelled out: larger than the input.
                 assert!(pod_spec.len() > 2 * ENV_ENTRIES * ENV_VALUE_BYTES, "{content}");
@@ -296,10 +294,8 @@ fn usage_of(usage: impl IntoIterator<Item = StackUsage>) -> Vec<String> {
 
 #[tokio::test]
 async fn the_usage_index_follows_creates_updates_and_deletes() {
-    let env = TestEnv::connect().await.expect("local environment (run tests/env/up)");
-    let table = env.fresh_table("store").await.expect("fresh table");
-    let store = Store::new(env.dynamodb.clone(), table.name(), true);
-    let ttl = Timestamp::now() + SignedDuration::from_hours(1);
+    let (table, store) = fresh_store().await;
+    let ttl = in_an_hour();
     // Enough stacks that every one of the 16 id ranges the index is read in holds some.
     let mut records = Vec::new();
     for i in 0..64_u16 {
@@ -362,7 +358,7 @@ async fn usage_is_read_from_the_records_while_the_index_is_missing() {
         .await
         .expect("table without the usage index");
     let store = Store::new(env.dynamodb.clone(), table.name(), true);
-    let ttl = Timestamp::now() + SignedDuration::from_hours(1);
+    let ttl = in_an_hour();
     let record = running_record(&StackId::generate(), "stacks", "node-1", None, ttl);
     store.put_new_stack(&record).await.unwrap();
     assert_eq!(store.list_stack_usage().await.unwrap(), vec![StackUsage::from(&record)]);
@@ -371,10 +367,8 @@ async fn usage_is_read_from_the_records_while_the_index_is_missing() {
 
 #[tokio::test]
 async fn a_stack_whose_record_or_manifest_does_not_read_is_left_out_and_named() {
-    let env = TestEnv::connect().await.expect("local environment (run tests/env/up)");
-    let table = env.fresh_table("store").await.expect("fresh table");
-    let store = Store::new(env.dynamodb.clone(), table.name(), true);
-    let ttl = Timestamp::now() + SignedDuration::from_hours(1);
+    let (table, store) = fresh_store().await;
+    let ttl = in_an_hour();
     let [good, bad_record, bad_manifest] =
         [0, 1, 2].map(|_| running_record(&StackId::generate(), "stacks", "node-1", None, ttl));
     for record in [&good, &bad_record, &bad_manifest] {

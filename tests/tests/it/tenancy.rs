@@ -65,6 +65,15 @@ async fn ask(api: &ApiHarness, key: &TestKey, method: &Method, path: &str, id: &
         .await
 }
 
+/// Each stack's expiry, by id.
+async fn expiries(api: &ApiHarness) -> std::collections::HashMap<String, jiff::Timestamp> {
+    api.records()
+        .await
+        .into_iter()
+        .map(|r| (r.stack_id.to_string(), r.ttl_expires_at))
+        .collect()
+}
+
 #[tokio::test]
 async fn every_route_answers_a_key_of_another_tenant_as_if_the_stack_did_not_exist() {
     let api = harness(&[], &[]).await;
@@ -379,7 +388,7 @@ async fn records_from_before_tenants_belong_to_default_and_a_removed_tenants_sta
     let reconciler = TestReconciler::over(&api, &[("STACK_TENANTS", &tenants_left), ("API_KEYS", &keys_left)]).await;
     let summary = reconciler.pass().await;
     assert_eq!(summary.counts.failures, 0, "{summary:?}");
-    let records: HashSet<String> = api.records().await.iter().map(|r| r.stack_id.to_string()).collect();
+    let records: HashSet<String> = api.record_ids().await;
     assert!(!records.contains(&uni), "the removed tenant's stack ended");
     assert!(records.contains(&ctf) && records.contains(&legacy), "{records:?}");
     api.finish().await;
@@ -426,12 +435,7 @@ async fn ten_thousand_random_calls_never_reveal_or_change_another_tenants_stack(
         assert_eq!(ask(&api, key, &Method::DELETE, "/stacks/{id}", &id).await.status, 200);
         gone.push(id);
     }
-    let expiry_before: HashMap<String, jiff::Timestamp> = api
-        .records()
-        .await
-        .into_iter()
-        .map(|r| (r.stack_id.to_string(), r.ttl_expires_at))
-        .collect();
+    let expiry_before = expiries(&api).await;
     let malformed = [
         "stack-xyz",
         "stack-0123456789ABCDEF",
@@ -553,12 +557,7 @@ async fn ten_thousand_random_calls_never_reveal_or_change_another_tenants_stack(
     for (job, key) in &jobs {
         wait_job(&api, key, &format!("/stacks/batch-delete/{job}")).await;
     }
-    let after: HashMap<String, jiff::Timestamp> = api
-        .records()
-        .await
-        .into_iter()
-        .map(|r| (r.stack_id.to_string(), r.ttl_expires_at))
-        .collect();
+    let after = expiries(&api).await;
     for (id, expiry) in &expiry_before {
         if gone.contains(id) {
             continue;

@@ -6,4 +6,5 @@ pub mod health;
 pub mod history;
 pub mod identity;
 pub mod preflight;
+pub mod prepull;
 pub mod stacks;

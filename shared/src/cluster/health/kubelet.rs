@@ -175,21 +175,22 @@ pub(crate) fn pulling() -> Pod {
 
 /// Running, the container started, its readiness probe not yet passed.
 pub(crate) fn started_not_ready() -> Pod {
-    pod(status(
-        "Running",
-        conditions(false, "ContainersNotReady", true),
-        json!([]),
-        json!([container("web", false, true, json!({"running": {"startedAt": AT}}))]),
-    ))
+    running(false)
 }
 
 /// Running and Ready.
 pub(crate) fn ready() -> Pod {
+    running(true)
+}
+
+/// Phase Running, `web` started; Ready or not.
+fn running(ready: bool) -> Pod {
+    let not_ready_reason = if ready { "" } else { "ContainersNotReady" };
     pod(status(
         "Running",
-        conditions(true, "", true),
+        conditions(ready, not_ready_reason, true),
         json!([]),
-        json!([container("web", true, true, json!({"running": {"startedAt": AT}}))]),
+        json!([container("web", ready, true, json!({"running": {"startedAt": AT}}))]),
     ))
 }
 

@@ -105,6 +105,49 @@ pub(crate) fn pod_health(pod: &Pod) -> PodHealth {
     PodHealth::Starting(transient.unwrap_or_else(|| waiting(status, phase)))
 }
 
+/// Where one container's image stands on its node, for the pre-pull (`prepull`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ImagePull {
+    /// On the node: the runtime made a container of it (running, ended or refused to start).
+    Present,
+    /// Being pulled, or waiting for its turn (the pod's init container, the sandbox).
+    Pulling,
+    /// A pull error that may clear (registry unreachable, rate limited): the kubelet retries.
+    Retrying(Failure),
+    /// A pull that can never succeed: no such tag, denied, an invalid name.
+    Failed(Failure),
+}
+
+/// Reads a container's status as its image's presence on the node.
+pub(crate) fn image_pull(container: &ContainerStatus) -> ImagePull {
+    let Some(waiting) = container.state.as_ref().and_then(|s| s.waiting.as_ref()) else {
+        // Running or terminated: created from the image, so the image is there.
+        return if container.state.is_some() {
+            ImagePull::Present
+        } else {
+            ImagePull::Pulling
+        };
+    };
+    match waiting.reason.as_deref().unwrap_or_default() {
+        "ErrImagePull"
+        | "ImagePullBackOff"
+        | "InvalidImageName"
+        | "ErrImageNeverPull"
+        | "SignatureValidationFailed"
+        | "RegistryUnavailable"
+        | "ImageInspectError" => match issue(container, Kind::Main) {
+            Some(Seen::Definite(found)) => ImagePull::Failed(found.failure),
+            Some(Seen::Transient(failure)) => ImagePull::Retrying(failure),
+            None => ImagePull::Pulling,
+        },
+        // Past the pull: the container, not the image, is what failed.
+        "CreateContainerError" | "CreateContainerConfigError" | "RunContainerError" | "CrashLoopBackOff" => {
+            ImagePull::Present
+        }
+        _ => ImagePull::Pulling,
+    }
+}
+
 /// Where a container stands in the pod: what its end means depends on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {

@@ -16,6 +16,16 @@ fn starting(pod: &Pod) -> Failure {
     }
 }
 
+/// [`failed`] for a pod whose container waits with the kubelet's `reason` and `message`.
+fn failed_while(reason: &str, message: &str) -> Failure {
+    failed(&kubelet::waiting_for(reason, Some(message)))
+}
+
+/// [`starting`] for a pod whose container waits with the kubelet's `reason` and `message`.
+fn starting_while(reason: &str, message: &str) -> Failure {
+    starting(&kubelet::waiting_for(reason, Some(message)))
+}
+
 #[test]
 fn only_the_ready_condition_makes_a_pod_ready() {
     assert!(matches!(pod_health(&kubelet::ready()), PodHealth::Ready { .. }));
@@ -45,13 +55,13 @@ fn a_pod_on_its_way_is_starting_with_nothing_wrong() {
 #[test]
 fn a_missing_image_fails_at_once_whether_pulled_or_backed_off() {
     for message in [kubelet::NOT_FOUND, kubelet::NOT_FOUND_BARE] {
-        let failure = failed(&kubelet::waiting_for("ErrImagePull", Some(message)));
+        let failure = failed_while("ErrImagePull", message);
         assert_eq!(failure.reason, R::ImageNotFound, "{message}");
         assert_eq!(failure.message, format!("container web: ErrImagePull: {message}"));
     }
     // The back-off quotes the error it backs off from.
     let backed_off = kubelet::back_off(kubelet::NOT_FOUND);
-    let failure = failed(&kubelet::waiting_for("ImagePullBackOff", Some(&backed_off)));
+    let failure = failed_while("ImagePullBackOff", &backed_off);
     assert_eq!(failure.reason, R::ImageNotFound);
     assert!(
         failure
@@ -62,10 +72,7 @@ fn a_missing_image_fails_at_once_whether_pulled_or_backed_off() {
         "rpc error: code = Unknown desc = failed to pull and unpack image \"123456789012.dkr.ecr.eu-west-1.amazonaws.com/web:2\": failed to resolve reference \"123456789012.dkr.ecr.eu-west-1.amazonaws.com/web:2\": 123456789012.dkr.ecr.eu-west-1.amazonaws.com/web:2: not found",
         "rpc error: code = Unknown desc = failed to pull and unpack image \"ghcr.io/ctf/web:2\": failed to resolve reference \"ghcr.io/ctf/web:2\": ghcr.io/ctf/web:2: not found: manifest unknown",
     ] {
-        assert_eq!(
-            failed(&kubelet::waiting_for("ErrImagePull", Some(message))).reason,
-            R::ImageNotFound
-        );
+        assert_eq!(failed_while("ErrImagePull", message).reason, R::ImageNotFound);
     }
 }
 
@@ -77,19 +84,19 @@ fn a_registry_that_refuses_fails_at_once() {
         kubelet::back_off(kubelet::UNAUTHORIZED),
         "rpc error: code = Unknown desc = failed to pull and unpack image \"ghcr.io/ctf/web:1\": failed to resolve reference \"ghcr.io/ctf/web:1\": unexpected status from HEAD request to https://ghcr.io/v2/ctf/web/manifests/1: 403 Forbidden".to_owned(),
     ] {
-        let failure = failed(&kubelet::waiting_for("ErrImagePull", Some(&message)));
+        let failure = failed_while("ErrImagePull", &message);
         assert_eq!(failure.reason, R::ImagePullDenied, "{message}");
     }
-    let signature = failed(&kubelet::waiting_for(
+    let signature = failed_while(
         "SignatureValidationFailed",
-        Some("image pull failed for 10.80.0.1:5000/web:1 because the signature validation failed: unsigned"),
-    ));
+        "image pull failed for 10.80.0.1:5000/web:1 because the signature validation failed: unsigned",
+    );
     assert_eq!(signature.reason, R::ImagePullDenied);
 }
 
 #[test]
 fn an_unreachable_registry_or_a_bare_back_off_is_transient() {
-    let refused = starting(&kubelet::waiting_for("ErrImagePull", Some(kubelet::REFUSED)));
+    let refused = starting_while("ErrImagePull", kubelet::REFUSED);
     assert_eq!(refused.reason, R::ImagePullFailed);
     assert!(
         refused.message.contains("connect: connection refused"),
@@ -98,30 +105,27 @@ fn an_unreachable_registry_or_a_bare_back_off_is_transient() {
     );
     let backed_off = kubelet::back_off(kubelet::REFUSED);
     assert_eq!(
-        starting(&kubelet::waiting_for("ImagePullBackOff", Some(&backed_off))).reason,
+        starting_while("ImagePullBackOff", &backed_off).reason,
         R::ImagePullFailed
     );
     let bare = format!("Back-off pulling image \"{IMAGE}\"");
-    assert_eq!(
-        starting(&kubelet::waiting_for("ImagePullBackOff", Some(&bare))).reason,
-        R::ImagePullFailed
-    );
+    assert_eq!(starting_while("ImagePullBackOff", &bare).reason, R::ImagePullFailed);
     for message in [
         "rpc error: code = Unknown desc = failed to pull and unpack image \"docker.io/library/nginx:1.27\": failed to copy: httpReadSeeker: failed open: unexpected status code https://registry-1.docker.io/v2/library/nginx/manifests/sha256:0a1b: 429 Too Many Requests - Server message: toomanyrequests: You have reached your unauthenticated pull rate limit",
         "rpc error: code = Unknown desc = failed to pull and unpack image \"10.80.0.1:5000/web:1\": failed to resolve reference \"10.80.0.1:5000/web:1\": failed to do request: Head \"https://10.80.0.1:5000/v2/web/manifests/1\": dial tcp 10.80.0.1:5000: i/o timeout",
         "image pull failed for 10.80.0.1:5000/web:1 because the registry is unavailable: 503 Service Unavailable",
     ] {
         assert_eq!(
-            starting(&kubelet::waiting_for("ErrImagePull", Some(message))).reason,
+            starting_while("ErrImagePull", message).reason,
             R::ImagePullFailed,
             "{message}"
         );
     }
     assert_eq!(
-        starting(&kubelet::waiting_for(
+        starting_while(
             "RegistryUnavailable",
-            Some("image pull failed for 10.80.0.1:5000/web:1 because the registry is unavailable")
-        ))
+            "image pull failed for 10.80.0.1:5000/web:1 because the registry is unavailable"
+        )
         .reason,
         R::ImagePullFailed
     );
@@ -129,42 +133,34 @@ fn an_unreachable_registry_or_a_bare_back_off_is_transient() {
 
 #[test]
 fn invalid_names_and_config_errors_fail_at_once() {
-    let name = failed(&kubelet::waiting_for(
+    let name = failed_while(
         "InvalidImageName",
-        Some(
-            "Failed to apply default image tag \"Web:Latest\": couldn't parse image name \"Web:Latest\": invalid reference format: repository name (library/Web) must be lowercase",
-        ),
-    ));
+        "Failed to apply default image tag \"Web:Latest\": couldn't parse image name \"Web:Latest\": invalid reference format: repository name (library/Web) must be lowercase",
+    );
     assert_eq!(name.reason, R::InvalidImageName);
-    let root = failed(&kubelet::waiting_for(
-        "CreateContainerConfigError",
-        Some(kubelet::RUN_AS_ROOT),
-    ));
+    let root = failed_while("CreateContainerConfigError", kubelet::RUN_AS_ROOT);
     assert_eq!(root.reason, R::ContainerConfigError);
     assert_eq!(
         root.message,
         format!("container web: CreateContainerConfigError: {}", kubelet::RUN_AS_ROOT)
     );
-    let key = failed(&kubelet::waiting_for(
+    let key = failed_while(
         "CreateContainerConfigError",
-        Some("couldn't find key flag in Secret stacks/flag"),
-    ));
+        "couldn't find key flag in Secret stacks/flag",
+    );
     assert_eq!(key.reason, R::ContainerConfigError);
 }
 
 #[test]
 fn create_and_start_errors_fail_at_once_unless_the_runtime_timed_out() {
-    let spec = failed(&kubelet::waiting_for(
+    let spec = failed_while(
         "CreateContainerError",
-        Some("failed to generate container \"0f1e2d\" spec: failed to generate spec: no command specified"),
-    ));
+        "failed to generate container \"0f1e2d\" spec: failed to generate spec: no command specified",
+    );
     assert_eq!(spec.reason, R::ContainerStartError);
-    let busy = starting(&kubelet::waiting_for(
-        "CreateContainerError",
-        Some("context deadline exceeded"),
-    ));
+    let busy = starting_while("CreateContainerError", "context deadline exceeded");
     assert_eq!(busy.reason, R::ContainerStartError);
-    let run = failed(&kubelet::waiting_for("RunContainerError", Some(kubelet::NO_ENTRYPOINT)));
+    let run = failed_while("RunContainerError", kubelet::NO_ENTRYPOINT);
     assert_eq!(run.reason, R::ContainerStartError);
     // With restartPolicy Never the failed start stays as a terminated container.
     let start = failed(&kubelet::exited(128, "StartError", Some(kubelet::NO_ENTRYPOINT)));

@@ -128,9 +128,14 @@ fn required_affinity_must_match_a_current_stack_node_under_fail() {
             {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["eu-1a"]}]}
         ])),
     ];
-    for spec in accepted {
+    assert_all_fit(fail, accepted);
+}
+
+/// Every affinity of `specs` on a small stack fits the nodes under `mode` (`fail` or `wait`).
+fn assert_all_fit(mode: fn(&HardenedPod, &[StackNode]) -> Result<(), String>, specs: impl IntoIterator<Item = Value>) {
+    for spec in specs {
         assert_eq!(
-            fail(&hardened("500m", "128Mi", spec.clone()), &nodes()),
+            mode(&hardened("500m", "128Mi", spec.clone()), &nodes()),
             Ok(()),
             "{spec}"
         );
@@ -164,13 +169,7 @@ fn under_wait_only_names_no_new_node_can_have_are_refused() {
         required(json!([{"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["node-a"]}]}])),
         required(expr("kubernetes.io/hostname", "In", &["node-a"])),
     ];
-    for spec in accepted {
-        assert_eq!(
-            wait(&hardened("500m", "128Mi", spec.clone()), &nodes()),
-            Ok(()),
-            "{spec}"
-        );
-    }
+    assert_all_fit(wait, accepted);
 }
 
 #[test]

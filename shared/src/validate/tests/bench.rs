@@ -104,20 +104,19 @@ pub(super) fn generated_inputs() -> Vec<(String, String, &'static str)> {
     );
     inputs.push(("256 KiB of env".into(), big_env, "nodes"));
 
-    let long_notes: String = (0..128)
-        .map(|i| format!("    note-{i}: \"{}\"\n", "n".repeat(1990)))
-        .collect();
+    // 128 annotations `{key}{i}` of one value, quoted.
+    let annotations = |key: &str, value: &str| {
+        let map: String = (0..128).map(|i| format!("    {key}{i}: \"{value}\"\n")).collect();
+        with_metadata("annotations", map)
+    };
     inputs.push((
         "128 annotations of 2 KB".into(),
-        with_metadata("annotations", long_notes),
+        annotations("note-", &"n".repeat(1990)),
         "accepted",
     ));
-    let escaped: String = (0..128)
-        .map(|i| format!("    q{i}: \"{}\"\n", "\\u00e9\\t\\x41\\n".repeat(100)))
-        .collect();
     inputs.push((
         "128 annotations of escapes".into(),
-        with_metadata("annotations", escaped),
+        annotations("q", &"\\u00e9\\t\\x41\\n".repeat(100)),
         "accepted",
     ));
     let many_labels = fill(String::new(), LIMIT - 400, |i| format!("    label-{i}: value-{i}\n"));

@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 
 use super::{base, edited, init_container, policy, run, set, stack_id, tcp};
 use crate::model::{MANAGED_BY_LABEL, Protocol, STACK_ID_LABEL, TargetPort};
-use crate::validate::{ValidationPolicy, validate};
+use crate::validate::{HardenedPod, ValidationPolicy, validate};
 
 #[test]
 fn forced_settings_are_applied() {
@@ -50,6 +50,17 @@ fn forced_settings_are_applied() {
     );
 }
 
+/// The base manifest hardened under `policy`.
+fn base_under(policy: &ValidationPolicy) -> HardenedPod {
+    validate(
+        &serde_yaml::to_string(&base()).unwrap(),
+        &[tcp(80)],
+        &stack_id(),
+        policy,
+    )
+    .unwrap()
+}
+
 #[test]
 fn the_operators_runtime_class_is_forced_and_none_is_left_alone() {
     let hardened = run(&serde_yaml::to_string(&base()).unwrap()).unwrap();
@@ -59,13 +70,7 @@ fn the_operators_runtime_class_is_forced_and_none_is_left_alone() {
         runtime_class: Some("gvisor".into()),
         ..policy()
     };
-    let hardened = validate(
-        &serde_yaml::to_string(&base()).unwrap(),
-        &[tcp(80)],
-        &stack_id(),
-        &sandboxed,
-    )
-    .unwrap();
+    let hardened = base_under(&sandboxed);
     let out = serde_json::to_value(&hardened.pod).unwrap();
     assert_eq!(out["spec"]["runtimeClassName"], "gvisor");
     // The manifest still may not choose one, sandboxed or not.
@@ -84,13 +89,7 @@ fn user_namespaces_are_forced_when_the_operator_says_so() {
         user_namespaces: true,
         ..policy()
     };
-    let hardened = validate(
-        &serde_yaml::to_string(&base()).unwrap(),
-        &[tcp(80)],
-        &stack_id(),
-        &mapped,
-    )
-    .unwrap();
+    let hardened = base_under(&mapped);
     assert_eq!(hardened.pod.spec.unwrap().host_users, Some(false));
     // The manifest cannot opt out.
     let opted_out = edited(&[("/spec/hostUsers", json!(true))]);
