@@ -8,6 +8,7 @@
 //!                               [--bandwidth-mb 20] [--total-bandwidth-mb 0] [--latency-ms 30]
 //!                               [--scenarios cold,warm,prepulled[,join]] [--poll-ms 100]
 //!                               [--exposure hostport|nodeport] [--isolation-check on|off]
+//!                               [--reconcile-every-s 60]
 //! ```
 //!
 //! The images (`tests/env/bench-images`: `stack-env/tcp:1` with layers of random data) are
@@ -38,10 +39,11 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use http::Method;
-use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod};
 use kube::Api;
-use kube::api::ListParams;
+use kube::api::{DeleteParams, ListParams};
 use serde_json::{Value, json};
+use stack_tests::api::prepull_namespace;
 use stack_tests::api_process::{ApiClient, ApiProcess};
 use stack_tests::bench_fixture::BenchFixture;
 use stack_tests::challenges::Challenge;
@@ -49,6 +51,7 @@ use stack_tests::env::{TestEnv, real_nodes, unique_name};
 use stack_tests::latency::percentile;
 use stack_tests::node_cpu::{CpuUse, shim_cpu};
 use stack_tests::participant::{address_of, read_all};
+use stack_tests::reconciler::TestReconciler;
 use stack_tests::throttled_registry::{Throttle, ThrottledRegistry};
 
 const API_KEY: &str = "bench-startgun-key";
@@ -74,6 +77,8 @@ struct Options {
     poll: Duration,
     exposure: String,
     isolation_check: bool,
+    /// How often the join scenario runs a reconcile pass (EventBridge's schedule: every minute).
+    reconcile_every: Duration,
 }
 
 impl Options {
@@ -108,6 +113,7 @@ impl Options {
             poll: Duration::from_millis(number("--poll-ms", 100)),
             exposure: value("--exposure").unwrap_or_else(|| "hostport".into()),
             isolation_check: value("--isolation-check").is_none_or(|v| v != "off"),
+            reconcile_every: Duration::from_secs(number("--reconcile-every-s", 60)),
         }
     }
 }
@@ -140,6 +146,8 @@ struct Bench<'a> {
     registry: &'a ThrottledRegistry,
     /// ExternalIP → node name of the real nodes.
     nodes: HashMap<String, String>,
+    /// The reconciler over the API's namespace and table: what takes the startup taint off.
+    reconciler: TestReconciler,
 }
 
 #[tokio::main]
@@ -209,6 +217,7 @@ async fn run(env: &TestEnv, options: &Options, fixture: &mut BenchFixture) -> Re
             _ => {}
         }
     }
+    let prepull_namespace = prepull_namespace(&namespace);
     let mut settings: Vec<(&str, &str)> = real.iter().map(|(k, v)| (*k, v.as_str())).collect();
     if options.scenarios.iter().any(|s| s == "join") {
         // The stacks the nodes cannot hold wait for the joining node, as with an autoscaler.
@@ -219,7 +228,11 @@ async fn run(env: &TestEnv, options: &Options, fixture: &mut BenchFixture) -> Re
         ("STACK_CREATE_CONCURRENCY", slots.as_str()),
         ("STACK_START_TIMEOUT", API_START_TIMEOUT),
         ("STACK_PREPULL_HELPER_IMAGE", helper.as_str()),
+        ("STACK_PREPULL_NAMESPACE", prepull_namespace.as_str()),
+        // As deployed: the images of running stacks stay on every node.
+        ("STACK_PREPULL_IN_USE", "true"),
     ]);
+    let reconciler = TestReconciler::new(env, &namespace, &table, &settings).await;
     let api = ApiProcess::spawn(&env.settings, &namespace, &table, API_KEY, &settings).map_err(|e| e.to_string())?;
     let client = ApiClient::new(api.addr(), API_KEY);
     client
@@ -235,6 +248,7 @@ async fn run(env: &TestEnv, options: &Options, fixture: &mut BenchFixture) -> Re
         images,
         registry: &throttled,
         nodes,
+        reconciler,
     };
     println!(
         "bench-startgun: {stacks} stacks at once on {} real nodes (cpu {}), STACK_EXPOSURE={}, isolation check {}, status polled every {} ms; registry {}",
@@ -300,6 +314,10 @@ async fn run(env: &TestEnv, options: &Options, fixture: &mut BenchFixture) -> Re
             .await;
     }
     drop(api);
+    // The pre-pull's namespace goes with the benchmark's (the fixture removes that one).
+    let _ = Api::<Namespace>::all(env.kube.clone())
+        .delete(&prepull_namespace, &DeleteParams::background())
+        .await;
     Ok(())
 }
 
@@ -645,7 +663,18 @@ impl Bench<'_> {
         let adding = tokio::process::Command::new(&script).output();
         let watching = watch_joining(self.env, &name, start);
         let cpu = CpuUse::now(&self.env.settings, self.api_pid);
-        let (outcomes, added, seen) = tokio::join!(self.burst(n, JOIN_DEADLINE), adding, watching);
+        // Reconcile passes on their schedule meanwhile: one of them takes the taint off.
+        let passes = async {
+            loop {
+                tokio::time::sleep(self.options.reconcile_every).await;
+                self.reconciler.pass().await;
+            }
+        };
+        let work = async { tokio::join!(self.burst(n, JOIN_DEADLINE), adding, watching) };
+        let (outcomes, added, seen) = tokio::select! {
+            done = work => done,
+            () = passes => return Err("the reconcile loop ended".into()),
+        };
         let shims = shim_cpu();
         match added {
             Ok(output) if output.status.success() => {}
