@@ -19,11 +19,10 @@ use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
-use readiness::NodeImages;
 pub use readiness::{ImageReadiness, Readiness};
 pub use state::ImageFailure;
 
-use crate::cluster::{ClusterError, PrepullObjects, has_startup_taint, image_names, is_stack_node_up};
+use crate::cluster::{ClusterError, PrepullObjects, has_startup_taint, is_stack_node_up};
 use crate::config::{Config, PrepullPolicy};
 use crate::tenancy::Scope;
 use daemon_set::{Blueprint, images_of, state_of};
@@ -152,15 +151,10 @@ impl Prepull {
         nodes: &[Node],
         pods: &[Pod],
     ) -> (Readiness, Vec<readiness::NewFailure>) {
-        let up: Vec<NodeImages> = nodes
+        let up: Vec<String> = nodes
             .iter()
             .filter(|n| is_stack_node_up(n, &self.node_role))
-            .filter_map(|n| {
-                Some(NodeImages {
-                    name: n.metadata.name.clone()?,
-                    images: image_names(n),
-                })
-            })
+            .filter_map(|n| n.metadata.name.clone())
             .collect();
         readiness::readiness(shown, state, &up, pods)
     }

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 
 use super::state::{ImageFailure, PrepullState};
-use crate::cluster::{ImagePull, holds_image, image_pull};
+use crate::cluster::{ImagePull, image_pull};
 use crate::model::Failure;
 
 /// The go/no-go of the images on the stack nodes.
@@ -41,12 +41,6 @@ pub struct ImageReadiness {
     pub failed: Option<ImageFailure>,
 }
 
-/// A stack node that is up, and the image names its kubelet lists.
-pub(crate) struct NodeImages {
-    pub name: String,
-    pub images: BTreeSet<String>,
-}
-
 /// A definite pull failure seen on a node this time.
 pub(crate) struct NewFailure {
     pub image: String,
@@ -54,18 +48,19 @@ pub(crate) struct NewFailure {
     pub failure: Failure,
 }
 
-/// Reads where each of `shown` stands on each of `nodes`, from the pre-pull `pods` and the
-/// images the kubelets list (an image stays on its node while a new pre-pull pod starts);
-/// images in `state.failed` are reported failed.
+/// Reads where each of `shown` stands on each of `nodes`, from the pre-pull `pods` only: the
+/// images a kubelet lists in its node's status can be half a minute old, and an image removed
+/// meanwhile would read as there; a running container of the image cannot. Images in
+/// `state.failed` are reported failed.
 pub(crate) fn readiness(
     shown: &BTreeSet<String>,
     state: &PrepullState,
-    nodes: &[NodeImages],
+    nodes: &[String],
     pods: &[Pod],
 ) -> (Readiness, Vec<NewFailure>) {
     let pulls = pulls_by_node(pods);
     let mut new_failures = Vec::new();
-    let mut complete: BTreeSet<String> = nodes.iter().map(|n| n.name.clone()).collect();
+    let mut complete: BTreeSet<String> = nodes.iter().cloned().collect();
     let mut report = Vec::new();
     for image in shown {
         let mut entry = ImageReadiness {
@@ -79,14 +74,12 @@ pub(crate) fn readiness(
             report.push(entry);
             continue;
         }
-        for NodeImages { name: node, images } in nodes {
-            let pull = pulls.get(&(node.as_str(), image.as_str()));
-            if matches!(pull, Some(ImagePull::Present)) || holds_image(images, image) {
-                entry.ready += 1;
-                continue;
-            }
-            match pull {
-                Some(ImagePull::Present) => {}
+        for node in nodes {
+            match pulls.get(&(node.as_str(), image.as_str())) {
+                Some(ImagePull::Present) => {
+                    entry.ready += 1;
+                    continue;
+                }
                 Some(ImagePull::Failed(failure)) => new_failures.push(NewFailure {
                     image: image.clone(),
                     node: node.clone(),
@@ -242,14 +235,8 @@ mod tests {
         }
     }
 
-    fn up(names: &[&str]) -> Vec<NodeImages> {
-        names
-            .iter()
-            .map(|name| NodeImages {
-                name: (*name).to_owned(),
-                images: BTreeSet::new(),
-            })
-            .collect()
+    fn up(names: &[&str]) -> Vec<String> {
+        names.iter().map(|name| (*name).to_owned()).collect()
     }
 
     fn images(list: &[&str]) -> BTreeSet<String> {
@@ -347,11 +334,11 @@ mod tests {
     }
 
     #[test]
-    fn an_image_the_kubelet_lists_is_there_while_a_new_pod_starts() {
-        let mut nodes = up(&["n1"]);
-        nodes[0].images = images(&["r/a:1"]);
+    fn an_image_the_kubelet_lists_is_not_taken_for_present() {
+        // The node's list is stale after a removal: only a running container counts.
+        let nodes = up(&["n1"]);
         let pods = [pod("n1", &[("r/a:1", Some(("ContainerCreating", "")))])];
         let (ready, _) = readiness(&images(&["r/a:1"]), &PrepullState::default(), &nodes, &pods);
-        assert!(ready.go, "{}", ready.summary);
+        assert!(!ready.go, "{}", ready.summary);
     }
 }
