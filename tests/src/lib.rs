@@ -15,6 +15,7 @@ pub mod manifests;
 pub mod node_cpu;
 pub mod participant;
 pub mod pass_process;
+pub mod platform_journey;
 pub mod proc_status;
 pub mod reconciler;
 pub mod registry_tags;

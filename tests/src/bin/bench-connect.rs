@@ -16,25 +16,22 @@
 //! compare across machines. Images are on the nodes before the first burst (`up` ran a pod of
 //! each node; a warm-up stack per node follows).
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use http::Method;
-use serde_json::{Value, json};
+use serde_json::json;
 use stack_tests::api_process::{ApiClient, ApiProcess};
 use stack_tests::bench_fixture::BenchFixture;
 use stack_tests::challenges::Challenge;
 use stack_tests::env::{TestEnv, real_nodes, unique_name};
 use stack_tests::latency::percentile;
 use stack_tests::node_cpu::{CpuUse, shim_cpu};
-use stack_tests::participant::{address_of, read_all};
+use stack_tests::platform_journey::{Journey as Outcome, journey};
 
 const API_KEY: &str = "bench-connect-key";
 /// How long a stack may take before it counts as still `creating` past its start deadline
 /// (the API's `STACK_START_TIMEOUT`, set to this).
 const START_DEADLINE: Duration = Duration::from_secs(60);
-/// The participant's connection attempts after a refusal, 50 ms apart.
-const RETRY_CONNECT: Duration = Duration::from_millis(50);
 
 struct Options {
     bursts: Vec<usize>,
@@ -73,18 +70,6 @@ impl Options {
             isolation_check: value("--isolation-check").is_none_or(|v| v != "off"),
         }
     }
-}
-
-/// What one participant saw, from the create request.
-#[derive(Debug, Default)]
-struct Outcome {
-    running: Option<Duration>,
-    connected: Option<Duration>,
-    /// Connections refused after the status said `running`.
-    refused_after_running: usize,
-    failed: Option<String>,
-    creating_past_deadline: bool,
-    stack_id: Option<String>,
 }
 
 #[tokio::main]
@@ -204,65 +189,9 @@ async fn burst(client: &ApiClient, options: &Options, registry: &str, n: usize) 
     let participants = (0..n).map(|_| {
         let challenge = Challenge::local(registry, "tcp").with_cpu(&options.cpu);
         let body = json!({ "pod_spec": challenge.manifest(), "target_port": target });
-        async move { participant(client, &body, &challenge.flag, options.poll, start).await }
+        async move { journey(client, &body, &challenge.flag, options.poll, start, START_DEADLINE).await }
     });
     futures::future::join_all(participants).await
-}
-
-/// One platform client and its participant: create, poll status until `running`, connect.
-async fn participant(client: &ApiClient, body: &Value, flag: &str, poll: Duration, start: Instant) -> Outcome {
-    let mut outcome = Outcome::default();
-    let created = client.call(Method::POST, "/stacks", Some(body), None).await;
-    if created.status != Some(201) {
-        outcome.failed = Some(format!("create answered {}: {}", created.class(), created.json));
-        return outcome;
-    }
-    let Some(id) = created.json["stack_id"].as_str().map(str::to_owned) else {
-        outcome.failed = Some(format!("no stack_id in {}", created.json));
-        return outcome;
-    };
-    outcome.stack_id = Some(id.clone());
-    let mut stack = created.json;
-    loop {
-        match stack["status"].as_str() {
-            Some("running") => break,
-            Some("creating") => {}
-            other => {
-                outcome.failed = Some(format!("{other:?}: {}", stack["reason"]));
-                return outcome;
-            }
-        }
-        if start.elapsed() > START_DEADLINE {
-            outcome.creating_past_deadline = true;
-            return outcome;
-        }
-        tokio::time::sleep(poll).await;
-        let status = client
-            .call(Method::GET, &format!("/stacks/{id}/status"), None, None)
-            .await;
-        if status.status == Some(200) {
-            stack = status.json;
-        }
-    }
-    outcome.running = Some(start.elapsed());
-    let Some(address) = address_of(&stack) else {
-        outcome.failed = Some(format!("running without an address: {stack}"));
-        return outcome;
-    };
-    outcome.connected = connect(address, flag, &mut outcome.refused_after_running, start).await;
-    outcome
-}
-
-/// The first connection that reads the flag, retried every 50 ms (each refusal counted).
-async fn connect(address: SocketAddr, flag: &str, refused: &mut usize, start: Instant) -> Option<Duration> {
-    while start.elapsed() < START_DEADLINE * 2 {
-        match read_all(address).await {
-            Ok(said) if said.contains(flag) => return Some(start.elapsed()),
-            _ => *refused += 1,
-        }
-        tokio::time::sleep(RETRY_CONNECT).await;
-    }
-    None
 }
 
 /// Until the namespace's pods are gone (their kubelets stopped them).

@@ -50,7 +50,7 @@ use stack_tests::challenges::Challenge;
 use stack_tests::env::{TestEnv, real_nodes, unique_name};
 use stack_tests::latency::percentile;
 use stack_tests::node_cpu::{CpuUse, shim_cpu};
-use stack_tests::participant::{address_of, read_all};
+use stack_tests::platform_journey::{Journey as Outcome, journey};
 use stack_tests::reconciler::TestReconciler;
 use stack_tests::throttled_registry::{Throttle, ThrottledRegistry};
 
@@ -59,8 +59,6 @@ const API_KEY: &str = "bench-startgun-key";
 /// `STACK_START_TIMEOUT` is longer: a cold pull through a slow registry takes minutes).
 const START_DEADLINE: Duration = Duration::from_secs(300);
 const API_START_TIMEOUT: &str = "10m";
-/// The participant's connection attempts after a refusal, 50 ms apart.
-const RETRY_CONNECT: Duration = Duration::from_millis(50);
 /// How long the pre-pull may take to say go.
 const PREPULL_DEADLINE: Duration = Duration::from_secs(600);
 /// How long participants of the `join` scenario wait (the joining node may never be untainted).
@@ -116,22 +114,6 @@ impl Options {
             reconcile_every: Duration::from_secs(number("--reconcile-every-s", 60)),
         }
     }
-}
-
-/// What one participant saw, from the create request.
-#[derive(Debug, Default)]
-struct Outcome {
-    challenge: usize,
-    stack_id: Option<String>,
-    node_ip: Option<String>,
-    running: Option<Duration>,
-    connected: Option<Duration>,
-    /// Connections refused after the status said `running`.
-    refused_after_running: usize,
-    /// What the first of them met (refused, timed out, answered without the flag).
-    first_refusal: Option<String>,
-    failed: Option<String>,
-    creating_past_deadline: bool,
 }
 
 /// The environment this benchmark runs against.
@@ -428,14 +410,7 @@ impl Bench<'_> {
         let outcomes = self.burst(n, START_DEADLINE).await;
         let shims = shim_cpu();
         let pulls = self.pulls().await;
-        let pulled = outcomes
-            .iter()
-            .filter(|o| {
-                o.stack_id
-                    .as_ref()
-                    .is_some_and(|id| pulls.get(id).is_some_and(|p| p.pulled))
-            })
-            .count();
+        let pulled = waited_for_a_pull(&outcomes, &pulls);
         let p99 = report(name, &outcomes, pulled);
         let (connections_now, bytes_now) = self.registry.traffic();
         println!(
@@ -465,7 +440,7 @@ impl Bench<'_> {
             let body = json!({ "pod_spec": manifest.manifest(), "target_port": target });
             async move {
                 let mut outcome =
-                    participant(&self.client, &body, &manifest.flag, self.options.poll, start, deadline).await;
+                    journey(&self.client, &body, &manifest.flag, self.options.poll, start, deadline).await;
                 outcome.challenge = challenge;
                 outcome
             }
@@ -481,7 +456,7 @@ impl Bench<'_> {
             let manifest = Challenge::of_image(image, 8080).with_cpu(&self.options.cpu);
             let body = json!({ "pod_spec": manifest.manifest(), "target_port": target });
             async move {
-                participant(
+                journey(
                     &self.client,
                     &body,
                     &manifest.flag,
@@ -688,14 +663,7 @@ impl Bench<'_> {
             Err(e) => println!("    add-node: {e}"),
         }
         let pulls = self.pulls().await;
-        let pulled = outcomes
-            .iter()
-            .filter(|o| {
-                o.stack_id
-                    .as_ref()
-                    .is_some_and(|id| pulls.get(id).is_some_and(|p| p.pulled))
-            })
-            .count();
+        let pulled = waited_for_a_pull(&outcomes, &pulls);
         report("join", &outcomes, pulled);
         println!("    CPU ms per started pod: {}", cpu.per_pod(outcomes.len(), shims));
         let at = |t: Option<Duration>| t.map_or("never".to_owned(), |t| format!("+{:.1} s", t.as_secs_f64()));
@@ -703,14 +671,7 @@ impl Bench<'_> {
             .iter()
             .filter(|o| o.node_ip.is_some() && o.node_ip == seen.ip)
             .collect();
-        let pulled_on_new = on_new
-            .iter()
-            .filter(|o| {
-                o.stack_id
-                    .as_ref()
-                    .is_some_and(|id| pulls.get(id).is_some_and(|p| p.pulled))
-            })
-            .count();
+        let pulled_on_new = waited_for_a_pull(on_new.iter().copied(), &pulls);
         println!(
             "    {name}: registered {}, Ready {}, untainted {} (from the burst's start); {} stacks ran on it, {} of them waited for a pull",
             at(seen.registered),
@@ -894,88 +855,16 @@ fn after_image(message: &str) -> &str {
     message.rsplit_once("\" ").map_or(message, |(_, rest)| rest)
 }
 
-/// One platform client and its participant: create, poll status until `running`, connect.
-async fn participant(
-    client: &ApiClient,
-    body: &Value,
-    flag: &str,
-    poll: Duration,
-    start: Instant,
-    deadline: Duration,
-) -> Outcome {
-    let mut outcome = Outcome::default();
-    let created = client.call(Method::POST, "/stacks", Some(body), None).await;
-    if created.status != Some(201) {
-        outcome.failed = Some(format!("create answered {}: {}", created.class(), created.json));
-        return outcome;
-    }
-    let Some(id) = created.json["stack_id"].as_str().map(str::to_owned) else {
-        outcome.failed = Some(format!("no stack_id in {}", created.json));
-        return outcome;
-    };
-    outcome.stack_id = Some(id.clone());
-    let mut stack = created.json;
-    loop {
-        match stack["status"].as_str() {
-            Some("running") => break,
-            Some("creating") => {}
-            other => {
-                outcome.failed = Some(format!("{other:?}: {} {}", stack["reason"], stack["message"]));
-                return outcome;
-            }
-        }
-        if start.elapsed() > deadline {
-            outcome.creating_past_deadline = true;
-            return outcome;
-        }
-        tokio::time::sleep(poll).await;
-        let status = client
-            .call(Method::GET, &format!("/stacks/{id}/status"), None, None)
-            .await;
-        match status.status {
-            Some(200) => stack = status.json,
-            // Removed under the participant (unschedulable past STACK_SCHEDULING_TIMEOUT).
-            Some(404) => {
-                outcome.failed = Some(format!("gone (404) while creating: {}", status.json));
-                return outcome;
-            }
-            _ => {}
-        }
-    }
-    outcome.running = Some(start.elapsed());
-    outcome.node_ip = stack["node_public_ip"].as_str().map(str::to_owned);
-    let Some(address) = address_of(&stack) else {
-        outcome.failed = Some(format!("running without an address: {stack}"));
-        return outcome;
-    };
-    outcome.connected = connect(address, flag, &mut outcome, start, deadline).await;
-    outcome
-}
-
-/// The first connection that reads the flag, retried every 50 ms (each refusal counted).
-async fn connect(
-    address: SocketAddr,
-    flag: &str,
-    outcome: &mut Outcome,
-    start: Instant,
-    deadline: Duration,
-) -> Option<Duration> {
-    while start.elapsed() < deadline * 2 {
-        let met = match read_all(address).await {
-            Ok(said) if said.contains(flag) => return Some(start.elapsed()),
-            Ok(said) => format!(
-                "answered without the flag: {:?}",
-                said.chars().take(60).collect::<String>()
-            ),
-            Err(e) => e.to_string(),
-        };
-        outcome.refused_after_running += 1;
-        outcome
-            .first_refusal
-            .get_or_insert_with(|| format!("{met} at {:.2} s", start.elapsed().as_secs_f64()));
-        tokio::time::sleep(RETRY_CONNECT).await;
-    }
-    None
+/// How many of `outcomes` had their pod pull its image (a `Pulling` event).
+fn waited_for_a_pull<'a>(outcomes: impl IntoIterator<Item = &'a Outcome>, pulls: &HashMap<String, Pull>) -> usize {
+    outcomes
+        .into_iter()
+        .filter(|o| {
+            o.stack_id
+                .as_ref()
+                .is_some_and(|id| pulls.get(id).is_some_and(|p| p.pulled))
+        })
+        .count()
 }
 
 /// Prints the scenario's line; the p99 of create → connected.
