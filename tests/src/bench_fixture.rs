@@ -14,6 +14,12 @@ use crate::env::{EnvError, SimulatedNode, TestEnv, TestTable, nodes};
 use crate::pass_process::PassProcessError;
 use crate::reconciler::add_schedulable_node;
 
+/// The value after `flag` among a benchmark's arguments (`--stacks 24`).
+pub fn value_after(args: &[String], flag: &str) -> Option<String> {
+    let at = args.iter().position(|a| a == flag)?;
+    args.get(at + 1).cloned()
+}
+
 /// How long a benchmark waits for thousands of pods to run or to go.
 pub const PODS_TIMEOUT: Duration = Duration::from_secs(900);
 const PAGE: u32 = 500;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use stack_core::{PassError, Reconciler, Summary, run_pass};
 
 use crate::api::kube_config;
+use crate::bench_fixture::value_after;
 use crate::counting::{CallTally, CallsByKind, dynamodb_counting_by_operation, kube_counting_by_kind};
 use crate::env::TestEnv;
 use crate::proc_status::{kib_text, peak_rss_kib};
@@ -107,11 +108,6 @@ impl PassRequest {
         })();
         Some(parsed)
     }
-}
-
-fn value_after(args: &[String], flag: &str) -> Option<String> {
-    let at = args.iter().position(|a| a == flag)?;
-    args.get(at + 1).cloned()
 }
 
 /// Runs the running executable again as the pass process and waits for it; its output goes

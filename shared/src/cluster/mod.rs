@@ -33,7 +33,7 @@ pub(crate) use error::ProtobufError;
 pub(crate) use health::kubelet;
 pub(crate) use health::{ImagePull, PodHealth, Rejection, image_pull, pod_health};
 pub(crate) use namespace::{IsolationReport, NamespacePolicy};
-pub(crate) use node_images::{holds_image, image_names};
+pub(crate) use node_images::{holds_image, image_names, pod_images};
 pub(crate) use objects::{stack_service, with_host_ports};
 pub use placement::node_external_ip;
 pub(crate) use placement::{

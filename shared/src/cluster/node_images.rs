@@ -1,10 +1,19 @@
-//! The images a node holds, as its kubelet lists them in its status (pure). The kubelet lists
-//! the largest images first and at most `nodeStatusMaxImages` (50 by default) of them, so a
-//! missing name says "not known", not "absent".
+//! Image names (pure): the images a pod runs, and the images a node holds as its kubelet lists
+//! them in its status. The kubelet lists the largest images first and at most
+//! `nodeStatusMaxImages` (50 by default) of them, so a missing name says "not known", not
+//! "absent".
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+/// Every image `pod` runs, init containers (the isolation check's) included.
+pub(crate) fn pod_images(pod: &Pod) -> impl Iterator<Item = &String> {
+    pod.spec
+        .iter()
+        .flat_map(|spec| spec.containers.iter().chain(spec.init_containers.iter().flatten()))
+        .filter_map(|c| c.image.as_ref())
+}
 
 /// Every name the kubelet lists for each image of `node` (tags and digests).
 pub(crate) fn image_names(node: &Node) -> BTreeSet<String> {

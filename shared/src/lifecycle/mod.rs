@@ -356,7 +356,6 @@ mod tests {
             object: object(created_secs_ago),
             health,
             scheduling,
-            images: Vec::new(),
         }
     }
 

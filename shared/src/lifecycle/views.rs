@@ -29,8 +29,6 @@ pub(crate) struct PodView {
     /// What its status shows: Ready, still starting, failed, ended or refused.
     pub health: PodHealth,
     pub scheduling: Scheduling,
-    /// Its containers' images (init containers included): what the pre-pull keeps.
-    pub images: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,12 +66,6 @@ impl PodView {
             object: ObjectView::of(&pod.metadata),
             health: pod_health(pod),
             scheduling: scheduling_of(pod),
-            images: pod
-                .spec
-                .iter()
-                .flat_map(|spec| spec.init_containers.iter().flatten().chain(&spec.containers))
-                .filter_map(|c| c.image.clone())
-                .collect(),
         }
     }
 }

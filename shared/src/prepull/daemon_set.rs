@@ -25,7 +25,7 @@ use crate::config::{NodeTaint, PrepullPolicy};
 use crate::model::STARTUP_TAINT;
 
 /// The annotation that carries [`PrepullState`] from one pass to the next.
-pub(crate) const STATE_ANNOTATION: &str = "stack-provisioner.io/prepull-state";
+const STATE_ANNOTATION: &str = "stack-provisioner.io/prepull-state";
 /// The init container that copies the helper's busybox, and where to.
 const COPY_CONTAINER: &str = "copy-sleep";
 const TOOLS_DIR: &str = "/prepull";
@@ -147,7 +147,7 @@ impl Blueprint<'_> {
 }
 
 /// The container that holds the image at `index` of the sorted list.
-pub(crate) fn container_name(index: usize) -> String {
+fn container_name(index: usize) -> String {
     format!("image-{index}")
 }
 

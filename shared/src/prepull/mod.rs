@@ -36,7 +36,7 @@ const ATTEMPTS: usize = 3;
 pub(crate) struct Kept {
     /// Images the DaemonSet holds now.
     pub images: usize,
-    /// Images found not pullable this pass.
+    /// Images found not pullable this pass (on however many nodes).
     pub failed: usize,
     /// Nodes whose startup taint came off.
     pub untainted: Vec<String>,
@@ -111,10 +111,11 @@ impl Prepull {
             .update(|state, pods| {
                 state.observe(&in_use, now, keep);
                 let (_, failures) = self.report(&self.wanted(state), state, nodes, pods);
-                failed = failures.len();
+                let known = state.failed.len();
                 for found in failures {
                     state.record_failure(&found.image, ImageFailure::new(&found.node, found.failure, now));
                 }
+                failed = state.failed.len() - known;
             })
             .await?;
         let (readiness, _) = self.report(&self.wanted(&state), &state, nodes, &pods);

@@ -1,8 +1,12 @@
 //! The inventory of one pass: everything the plan needs, read with a constant number of
 //! (paginated) calls.
 
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::Node;
+
 use super::plan::{Inventory, TenantHolds};
-use crate::cluster::{Cluster, ClusterError};
+use crate::cluster::{Cluster, ClusterError, pod_images};
 use crate::lifecycle::views::{NodeView, PodView, ServiceView};
 use crate::store::{Manifest, Store, StoreError};
 use crate::tenancy::Tenants;
@@ -13,6 +17,13 @@ pub enum InventoryError {
     Store(#[from] StoreError),
     #[error("listing the cluster: {0}")]
     Cluster(#[from] ClusterError),
+}
+
+/// What the pre-pull's share of the pass reads from the same lists: the images the stack pods
+/// run, and the nodes as listed (taints and all).
+pub(crate) struct ForPrepull {
+    pub images_in_use: BTreeSet<String>,
+    pub nodes: Vec<Node>,
 }
 
 /// Records (and jobs) first, then our pods and services, then nodes. The API creates pod and
@@ -27,7 +38,7 @@ pub(crate) async fn take_inventory(
     store: &Store,
     cluster: &Cluster,
     tenants: &Tenants,
-) -> Result<Inventory, InventoryError> {
+) -> Result<(Inventory, ForPrepull), InventoryError> {
     let limited = tenants
         .iter()
         .filter(|(_, limit)| limit.is_some())
@@ -49,12 +60,16 @@ pub(crate) async fn take_inventory(
         store.list_idempotency_claims()
     )?;
     // Projected page by page: full pods of thousands of stacks would not fit a small Lambda.
+    let mut images_in_use = BTreeSet::new();
     let (pods, services) = tokio::try_join!(
-        cluster.list_stack_pods_as(|pod| PodView::of(&pod)),
+        cluster.list_stack_pods_as(|pod| {
+            images_in_use.extend(pod_images(&pod).cloned());
+            PodView::of(&pod)
+        }),
         cluster.list_stack_services_as(|service| ServiceView::of(&service))
     )?;
     let nodes = cluster.list_nodes().await?;
-    Ok(Inventory {
+    let inventory = Inventory {
         records: listing.records,
         unreadable: listing.unreadable.into_iter().map(|item| item.sk).collect(),
         pods,
@@ -63,5 +78,6 @@ pub(crate) async fn take_inventory(
         jobs,
         claims,
         held,
-    })
+    };
+    Ok((inventory, ForPrepull { images_in_use, nodes }))
 }

@@ -1,13 +1,12 @@
 //! One reconcile pass: lease, inventory, plan, apply, release.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
 use jiff::Timestamp;
 
 use super::apply::{Limits, apply};
-use super::inventory::{InventoryError, take_inventory};
+use super::inventory::{ForPrepull, InventoryError, take_inventory};
 use super::plan::{PlanConfig, plan};
 use super::summary::Summary;
 use crate::config::Config;
@@ -92,8 +91,7 @@ async fn reconcile(reconciler: &Reconciler, stop_at: Instant) -> Result<(Summary
     // record counts as expired only if its TTL had passed before it was read, so a renewal
     // that raced the read cannot be undone by this pass.
     let now = Timestamp::now();
-    let inventory = take_inventory(stacks.store(), stacks.cluster(), &stacks.config().tenants).await?;
-    let in_use: BTreeSet<String> = inventory.pods.iter().flat_map(|p| p.images.iter().cloned()).collect();
+    let (inventory, for_prepull) = take_inventory(stacks.store(), stacks.cluster(), &stacks.config().tenants).await?;
     let mut history = PassSnapshot::observed(now, &inventory.records);
     let plan = plan(inventory, now, &reconciler.plan);
     history.count_removals(&plan.actions);
@@ -108,7 +106,7 @@ async fn reconcile(reconciler: &Reconciler, stop_at: Instant) -> Result<(Summary
         stop_at,
     };
     let tally = apply(stacks, plan.actions, limits, now).await;
-    keep_images(stacks, &in_use, now).await;
+    keep_images(stacks, &for_prepull, now).await;
     let summary = Summary {
         lease_held: true,
         scanned: plan.scanned,
@@ -124,12 +122,12 @@ async fn reconcile(reconciler: &Reconciler, stop_at: Instant) -> Result<(Summary
 
 /// The pre-pull's share of the pass; a failure waits for the next pass (the images on the
 /// nodes stay where they are meanwhile).
-async fn keep_images(stacks: &Stacks, in_use: &BTreeSet<String>, now: Timestamp) {
-    let kept = match stacks.cluster().list_nodes().await {
-        Ok(nodes) => stacks.prepull().keep(in_use, &nodes, now).await,
-        Err(err) => Err(err),
-    };
-    match kept {
+async fn keep_images(stacks: &Stacks, inventory: &ForPrepull, now: Timestamp) {
+    match stacks
+        .prepull()
+        .keep(&inventory.images_in_use, &inventory.nodes, now)
+        .await
+    {
         Ok(kept) => tracing::info!(
             images = kept.images,
             failed = kept.failed,

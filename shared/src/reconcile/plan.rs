@@ -385,7 +385,6 @@ mod tests {
             object: object(id(n).pod_name(), ago(600)),
             health: PodHealth::Ready { ready_by: None },
             scheduling: Scheduling::Scheduled("n1".into()),
-            images: Vec::new(),
         }
     }
 

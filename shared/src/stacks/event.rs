@@ -2,14 +2,12 @@
 //! [`forecast`](super::forecast) (the decision, pure). Reads the `usage` index and the node
 //! list, as `/stats` does, and the tenant's counter.
 
-use std::collections::BTreeSet;
-
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 
 use super::capacity::{Capacity, NodeCapacity};
 use super::forecast::{Expected, Forecast, NodeRoom, Room, forecast};
 use super::{StackError, Stacks};
-use crate::cluster::{image_names, is_schedulable_stack_node};
+use crate::cluster::{image_names, is_schedulable_stack_node, pod_images};
 use crate::model::{StackId, TargetPort};
 use crate::quantity::parse_bytes;
 use crate::tenancy::{Scope, TenantId};
@@ -110,23 +108,9 @@ impl Stacks {
             requested_cpu_milli: hardened.requested_cpu_milli,
             requested_memory_bytes: hardened.requested_memory_bytes,
             ports: u32::try_from(stacks.target_ports.len()).unwrap_or(u32::MAX),
-            images: images_of(&hardened.pod),
+            images: pod_images(&hardened.pod).cloned().collect(),
         })
     }
-}
-
-/// Every image the pod runs, init containers (the isolation check's) included.
-fn images_of(pod: &Pod) -> Vec<String> {
-    let Some(spec) = &pod.spec else {
-        return Vec::new();
-    };
-    let images: BTreeSet<String> = spec
-        .containers
-        .iter()
-        .chain(spec.init_containers.iter().flatten())
-        .filter_map(|c| c.image.clone())
-        .collect();
-    images.into_iter().collect()
 }
 
 /// What `node` has left: allocatable less what our stacks on it reserve (other pods' requests

@@ -26,7 +26,7 @@ impl Stacks {
             check_image(image, &self.config.validation, &format!("images[{index}]"))
                 .map_err(|rejection| StackError::Invalid(rejection.to_string()))?;
         }
-        let images: BTreeSet<String> = images.iter().map(|i| i.trim().to_owned()).collect();
+        let images: BTreeSet<String> = images.iter().cloned().collect();
         let nodes = self.cluster.list_nodes().await?;
         Ok(self.prepull.declare(scope, images, &nodes).await?)
     }

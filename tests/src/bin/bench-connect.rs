@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use http::Method;
 use serde_json::json;
 use stack_tests::api_process::{ApiClient, ApiProcess};
-use stack_tests::bench_fixture::BenchFixture;
+use stack_tests::bench_fixture::{BenchFixture, value_after};
 use stack_tests::challenges::Challenge;
 use stack_tests::env::{TestEnv, real_nodes, unique_name};
 use stack_tests::latency::percentile;
@@ -49,12 +49,7 @@ struct Options {
 impl Options {
     fn parse() -> Self {
         let args: Vec<String> = std::env::args().collect();
-        let value = |flag: &str| {
-            args.iter()
-                .position(|a| a == flag)
-                .and_then(|i| args.get(i + 1))
-                .cloned()
-        };
+        let value = |flag: &str| value_after(&args, flag);
         Self {
             bursts: value("--bursts")
                 .unwrap_or_else(|| "1,25,50,75".into())

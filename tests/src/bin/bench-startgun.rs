@@ -45,7 +45,7 @@ use kube::api::{DeleteParams, ListParams};
 use serde_json::{Value, json};
 use stack_tests::api::prepull_namespace;
 use stack_tests::api_process::{ApiClient, ApiProcess};
-use stack_tests::bench_fixture::BenchFixture;
+use stack_tests::bench_fixture::{BenchFixture, value_after};
 use stack_tests::challenges::Challenge;
 use stack_tests::env::{TestEnv, real_nodes, unique_name};
 use stack_tests::latency::percentile;
@@ -82,12 +82,7 @@ struct Options {
 impl Options {
     fn parse() -> Self {
         let args: Vec<String> = std::env::args().collect();
-        let value = |flag: &str| {
-            args.iter()
-                .position(|a| a == flag)
-                .and_then(|i| args.get(i + 1))
-                .cloned()
-        };
+        let value = |flag: &str| value_after(&args, flag);
         let number = |flag: &str, default: u64| value(flag).and_then(|n| n.parse().ok()).unwrap_or(default);
         let rate = |mb: u64| (mb > 0).then_some(mb * 1_000_000);
         let list = |flag: &str, default: &str| -> Vec<String> {
@@ -419,14 +414,7 @@ impl Bench<'_> {
             (bytes_now - bytes) as f64 / 1e6,
             cpu.per_pod(outcomes.len(), shims)
         );
-        if let Some(slowest) = outcomes
-            .iter()
-            .filter(|o| o.connected.is_some())
-            .max_by_key(|o| o.connected)
-        {
-            println!("    slowest: {}", self.explain(slowest, &pulls).await);
-        }
-        self.end(&outcomes).await;
+        self.print_slowest_and_end(&outcomes, &pulls).await;
         p99
     }
 
@@ -680,15 +668,20 @@ impl Bench<'_> {
             on_new.len(),
             pulled_on_new
         );
+        self.print_slowest_and_end(&outcomes, &pulls).await;
+        Ok(())
+    }
+
+    /// The participant who connected last and what it waited for; then the burst's stacks end.
+    async fn print_slowest_and_end(&self, outcomes: &[Outcome], pulls: &HashMap<String, Pull>) {
         if let Some(slowest) = outcomes
             .iter()
             .filter(|o| o.connected.is_some())
             .max_by_key(|o| o.connected)
         {
-            println!("    slowest: {}", self.explain(slowest, &pulls).await);
+            println!("    slowest: {}", self.explain(slowest, pulls).await);
         }
-        self.end(&outcomes).await;
-        Ok(())
+        self.end(outcomes).await;
     }
 
     /// What the kubelets said about each stack's pod: whether it pulled its image and how long
