@@ -5,8 +5,8 @@
 //! first pass), kubectl's YAML 1.1 reading of integer and boolean fields (`yaml11`), the Pod
 //! schema with unknown fields refused (`schema`), metadata, per-pod counts (`bounds`),
 //! pod-level, container, security context (`security_context`) and volume rules, Secret/ConfigMap references (`references`), target
-//! ports, resource normalization and accounting (`resources`), then the forced settings
-//! (`harden`).
+//! ports, the readiness probe a manifest left out (`readiness`), resource normalization and
+//! accounting (`resources`), then the forced settings (`harden`).
 //!
 //! Decisions on fields the rules leave open are documented where they are enforced:
 //! `metadata` (name/namespace replaced, `app.kubernetes.io/*` allowed), `pod_spec`
@@ -23,6 +23,7 @@ mod metadata;
 mod nesting;
 mod pod_spec;
 mod ports;
+mod readiness;
 mod references;
 mod rejection;
 mod resources;
@@ -83,6 +84,7 @@ pub fn validate(
     volumes::check(spec)?;
     references::check(spec, policy)?;
     ports::check_declared(target_ports, &spec.containers)?;
+    readiness::probe_target_ports(&mut spec.containers, target_ports);
     let totals = resources::normalize(spec, policy)?;
     volumes::cap_empty_dirs(spec, policy.ephemeral_storage_limit);
     harden::apply(&mut pod, stack_id, policy);

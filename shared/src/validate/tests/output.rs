@@ -478,6 +478,22 @@ fn target_ports_are_checked_first_and_against_regular_containers() {
 }
 
 #[test]
+fn a_target_port_without_a_probe_is_probed_and_a_declared_probe_kept() {
+    let hardened = run(&serde_yaml::to_string(&base()).unwrap()).unwrap();
+    let out = serde_json::to_value(&hardened.pod).unwrap();
+    assert_eq!(
+        out["spec"]["containers"][0]["readinessProbe"],
+        json!({"tcpSocket": {"port": 80}, "periodSeconds": 2, "timeoutSeconds": 1, "failureThreshold": 5})
+    );
+    let mut manifest = base();
+    let own = json!({"httpGet": {"path": "/health", "port": 80}, "periodSeconds": 1});
+    set(&mut manifest, "/spec/containers/0/readinessProbe", own.clone());
+    let hardened = run(&serde_yaml::to_string(&manifest).unwrap()).unwrap();
+    let out = serde_json::to_value(&hardened.pod).unwrap();
+    assert_eq!(out["spec"]["containers"][0]["readinessProbe"], own);
+}
+
+#[test]
 fn yaml_level_hostility_is_rejected_through_validate() {
     let rows = [
         ("", "manifest"),
