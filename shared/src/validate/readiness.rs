@@ -116,7 +116,11 @@ mod tests {
         assert_eq!(probed, [Some(9001), Some(8080), None]);
         let probe = containers[1].readiness_probe.as_ref().unwrap();
         assert_eq!(
-            (probe.period_seconds, probe.failure_threshold, probe.initial_delay_seconds),
+            (
+                probe.period_seconds,
+                probe.failure_threshold,
+                probe.initial_delay_seconds
+            ),
             (Some(PERIOD_SECS), Some(FAILURE_THRESHOLD), None)
         );
     }
