@@ -44,6 +44,13 @@ pub enum ClusterError {
     Incomplete(&'static str),
     #[error("kubernetes client setup failed: {0}")]
     Setup(String),
+    /// The task that carried a write ended without its answer (a panic, the runtime stopping).
+    #[error("kubernetes {operation} interrupted")]
+    Interrupted {
+        operation: &'static str,
+        #[source]
+        source: tokio::task::JoinError,
+    },
 }
 
 /// Why a protobuf answer did not decode.

@@ -16,6 +16,7 @@ mod pod_metadata;
 mod pod_watch;
 mod prepull_objects;
 mod stack_nodes;
+mod writes;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -23,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::api::{DeleteParams, ListParams, PostParams};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 
 pub(crate) use client::connect;
 pub use client::{apply_client_limits, client_builder};
@@ -42,6 +43,8 @@ pub(crate) use placement::{
 };
 pub(crate) use prepull_objects::{PREPULL_NAME, PrepullObjects};
 pub(crate) use stack_nodes::{STACK_NODES_TTL, StackNode};
+pub(crate) use writes::PodCreates;
+use writes::to_completion;
 
 use crate::model::{Exposure, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PortMapping, STACK_ID_LABEL, StackId, TargetPort};
 use node_addresses::NodeAddresses;
@@ -162,11 +165,31 @@ impl Cluster {
         self.guard.isolation().await
     }
 
-    pub(crate) async fn create_pod(&self, pod: &Pod) -> Result<Pod, ClusterError> {
-        self.pods
-            .create(&PostParams::default(), pod)
-            .await
-            .map_err(|e| ClusterError::from_kube("create pod", e))
+    /// Creates `pod`, one of `creates`: to its answer however long after the caller gave up,
+    /// and deleted at once if it landed after that (see [`writes`]).
+    pub(crate) async fn create_pod(&self, pod: &Pod, creates: &PodCreates) -> Result<Pod, ClusterError> {
+        let in_flight = creates.start().await;
+        let (pods, pod) = (self.pods.clone(), pod.clone());
+        to_completion("create pod", async move {
+            let created = pods.create(&PostParams::default(), &pod).await;
+            if in_flight.given_up()
+                && let Ok(landed) = &created
+            {
+                tracing::info!(
+                    pod = landed.metadata.name,
+                    "a pod landed after its create gave up, deleting it"
+                );
+                let now = DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..DeleteParams::background()
+                };
+                if let Err(err) = pods.delete(&landed.name_any(), &now).await {
+                    tracing::warn!(error = %err, "could not delete a pod that landed late; the reconciler will");
+                }
+            }
+            created.map_err(|e| ClusterError::from_kube("create pod", e))
+        })
+        .await
     }
 
     /// Creates the stack's NodePort service, owned by `pod`, choosing free node ports in the
@@ -337,11 +360,15 @@ impl Cluster {
     }
 
     pub(crate) async fn delete_service(&self, name: &str) -> Result<(), ClusterError> {
-        match self.services.delete(name, &DeleteParams::default()).await {
-            Ok(_) => Ok(()),
-            Err(err) if is_not_found(&err) => Ok(()),
-            Err(err) => Err(ClusterError::from_kube("delete service", err)),
-        }
+        let (services, name) = (self.services.clone(), name.to_owned());
+        to_completion("delete service", async move {
+            match services.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => Ok(()),
+                Err(err) if is_not_found(&err) => Ok(()),
+                Err(err) => Err(ClusterError::from_kube("delete service", err)),
+            }
+        })
+        .await
     }
 
     pub(crate) async fn delete_pod(&self, name: &str, deletion: PodDeletion) -> Result<(), ClusterError> {
@@ -349,21 +376,19 @@ impl Cluster {
             PodDeletion::Graceful => POD_DELETE_GRACE_SECONDS,
             PodDeletion::Now => 0,
         };
-        match self
-            .pods
-            .delete(
-                name,
-                &DeleteParams {
-                    grace_period_seconds: Some(grace),
-                    ..DeleteParams::background()
-                },
-            )
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(err) if is_not_found(&err) => Ok(()),
-            Err(err) => Err(ClusterError::from_kube("delete pod", err)),
-        }
+        let params = DeleteParams {
+            grace_period_seconds: Some(grace),
+            ..DeleteParams::background()
+        };
+        let (pods, name) = (self.pods.clone(), name.to_owned());
+        to_completion("delete pod", async move {
+            match pods.delete(&name, &params).await {
+                Ok(_) => Ok(()),
+                Err(err) if is_not_found(&err) => Ok(()),
+                Err(err) => Err(ClusterError::from_kube("delete pod", err)),
+            }
+        })
+        .await
     }
 
     /// Forgets ports of deleted services and pods so that they can be picked again at once.

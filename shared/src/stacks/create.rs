@@ -30,6 +30,10 @@
 //! get [`CREATE_WORK_BUDGET`](crate::deadlines::CREATE_WORK_BUDGET), and a create still running then is abandoned: its objects,
 //! record and key are removed within [`CREATE_CLEANUP_BUDGET`] and the answer is a 503. Every
 //! create answers within [`CREATE_DEADLINE`](crate::deadlines::CREATE_DEADLINE), however slow the cluster or DynamoDB.
+//! Pod creates and deletes are not cut off with the future that gave up on them
+//! (`cluster/writes.rs`): the undo deletes the pod once its create has its answer, and a pod
+//! that lands after the cleanup budget deletes itself, so a slow apiserver neither lands a pod
+//! after the delete nor drops the delete unsent.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -40,8 +44,8 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::{StackError, Stacks, fit, signed};
 use crate::cluster::{
-    ClusterError, PodDeletion, PodHealth, STACK_NODES_TTL, Scheduling, is_port_conflict, pod_health, scheduling_of,
-    with_host_ports,
+    ClusterError, PodCreates, PodDeletion, PodHealth, STACK_NODES_TTL, Scheduling, is_port_conflict, pod_health,
+    scheduling_of, with_host_ports,
 };
 use crate::config::OnUnschedulable;
 use crate::deadlines::{ABANDONED_CLAIM_AGE, CREATE_CLEANUP_BUDGET, CREATE_WORK_BUDGET};
@@ -95,20 +99,27 @@ enum Reached {
     Record,
 }
 
-/// [`Reached`], readable after the create's future was dropped at its deadline.
-struct Progress(AtomicU8);
+/// [`Reached`], readable after the create's future was dropped at its deadline, and its pod
+/// creates, which may still be in flight then.
+struct Progress {
+    reached: AtomicU8,
+    pod_creates: PodCreates,
+}
 
 impl Progress {
     fn new() -> Self {
-        Self(AtomicU8::new(Reached::Start as u8))
+        Self {
+            reached: AtomicU8::new(Reached::Start as u8),
+            pod_creates: PodCreates::default(),
+        }
     }
 
     fn reach(&self, step: Reached) {
-        self.0.fetch_max(step as u8, Ordering::Relaxed);
+        self.reached.fetch_max(step as u8, Ordering::Relaxed);
     }
 
     fn reached(&self) -> Reached {
-        match self.0.load(Ordering::Relaxed) {
+        match self.reached.load(Ordering::Relaxed) {
             0 => Reached::Start,
             1 => Reached::Claim,
             2 => Reached::Hold,
@@ -170,8 +181,7 @@ impl Stacks {
             }
         };
         if result.is_err() {
-            self.undo(&id, &request.tenant, key.as_deref(), progress.reached())
-                .await;
+            self.undo(&id, &request.tenant, key.as_deref(), &progress).await;
         }
         result
     }
@@ -179,12 +189,15 @@ impl Stacks {
     /// The one undo path of a failed or abandoned create: whatever it may have made (objects,
     /// record, key claim), removed in parallel within [`CREATE_CLEANUP_BUDGET`]; the reconciler
     /// removes what is still left after that.
-    async fn undo(&self, id: &StackId, tenant: &TenantId, idempotency_key: Option<&str>, reached: Reached) {
+    async fn undo(&self, id: &StackId, tenant: &TenantId, idempotency_key: Option<&str>, progress: &Progress) {
+        let reached = progress.reached();
         let objects = async {
-            if reached >= Reached::Cluster
-                && let Err(err) = self.delete_objects_named_by(id).await
-            {
-                tracing::warn!(stack_id = %id, error = %err, "could not remove objects of a failed create");
+            if reached >= Reached::Cluster {
+                // What landed is deleted below, what lands later deletes itself.
+                progress.pod_creates.give_up().await;
+                if let Err(err) = self.delete_objects_named_by(id).await {
+                    tracing::warn!(stack_id = %id, error = %err, "could not remove objects of a failed create");
+                }
             }
         };
         // Apart from the cluster, so that a hanging apiserver does not keep the record.
@@ -271,7 +284,7 @@ impl Stacks {
         progress.reach(Reached::Cluster);
         let (ports, placement, hardened, manifest) = match self.config.exposure {
             Exposure::NodePort => {
-                let pod = self.cluster.create_pod(&hardened.pod).await?;
+                let pod = self.cluster.create_pod(&hardened.pod, &progress.pod_creates).await?;
                 // The scheduler does not need the service: both go on at once (under load,
                 // the apiserver's node-port allocation is the slower of the two).
                 let (ports, pod) = tokio::try_join!(
@@ -283,7 +296,7 @@ impl Stacks {
             }
             Exposure::HostPort => {
                 let (ports, placement, pod) = self
-                    .place_on_host_ports(id, &hardened, &request.target_ports, started)
+                    .place_on_host_ports(id, &hardened, &request.target_ports, started, progress)
                     .await?;
                 // The record shows the pod as applied, host ports included.
                 let applied = hardened.with_pod(pod)?;
@@ -354,13 +367,14 @@ impl Stacks {
         hardened: &HardenedPod,
         targets: &[TargetPort],
         started: Instant,
+        progress: &Progress,
     ) -> Result<(Vec<PortMapping>, ObservedState, Pod), StackError> {
         let mut rejected = HashSet::new();
         let mut refreshed = false;
         for attempt in 1..=HOST_PORT_ATTEMPTS {
             let ports = self.cluster.pick_ports(targets, &rejected, &mut refreshed).await?;
             let applied = with_host_ports(&hardened.pod, &ports);
-            let pod = self.cluster.create_pod(&applied).await?;
+            let pod = self.cluster.create_pod(&applied, &progress.pod_creates).await?;
             self.cluster.mark_host_ports_used(&ports);
             let pod = self.cluster.wait_settled(pod, self.left(started)).await?;
             if !host_ports_taken(&pod) {
