@@ -12,7 +12,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::rejection::forbid_if;
+use super::rejection::{forbid_any, forbid_if};
 use super::{Rejection, ValidationPolicy};
 use crate::kube_names::{is_label_value, is_qualified_name};
 use crate::model::{MANAGED_BY_LABEL, OWN_LABEL_PREFIX};
@@ -46,12 +46,7 @@ pub(super) fn check(meta: &ObjectMeta, policy: &ValidationPolicy) -> Result<(), 
         ("managedFields", managed_fields.is_some()),
         ("resourceVersion", resource_version.is_some()),
     ];
-    if let Some((field, _)) = set_by_cluster.iter().find(|(_, set)| *set) {
-        return Err(Rejection::forbidden_because(
-            format!("metadata.{field}"),
-            "it is set by the cluster",
-        ));
-    }
+    forbid_any("metadata", &set_by_cluster, "it is set by the cluster")?;
     forbid_if(
         finalizers.is_some(),
         "metadata.finalizers",
