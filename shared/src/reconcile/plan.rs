@@ -673,6 +673,14 @@ mod tests {
         assert_eq!(removal(&run(inventory)).unwrap().mark, None);
     }
 
+    /// Stack 1's record as a create leaves it: creating, on no node yet.
+    fn just_created(inventory: &mut Inventory) {
+        let record = &mut inventory.records[0];
+        record.status = StackStatus::Creating;
+        record.node_id = String::new();
+        record.node_public_ip = None;
+    }
+
     #[test]
     fn status_write_backs_happen_only_on_change() {
         type Edit = fn(&mut Inventory);
@@ -682,23 +690,21 @@ mod tests {
             node_public_ip: Some("203.0.113.1".into()),
             failure: None,
         };
+        let creating_on_n1 = ObservedState {
+            status: StackStatus::Creating,
+            ..running_on_n1.clone()
+        };
         let cases: Vec<(&str, Edit, Option<ObservedState>)> = vec![
             ("nothing changed", |_| {}, None),
             (
                 "pending -> creating record scheduled and running",
-                |s| {
-                    s.records[0].status = StackStatus::Creating;
-                    s.records[0].node_id = String::new();
-                    s.records[0].node_public_ip = None;
-                },
+                just_created,
                 Some(running_on_n1.clone()),
             ),
             (
                 "still pending stays creating",
                 |s| {
-                    s.records[0].status = StackStatus::Creating;
-                    s.records[0].node_id = String::new();
-                    s.records[0].node_public_ip = None;
+                    just_created(s);
                     s.pods[0].health = starting();
                     s.pods[0].scheduling = Scheduling::Pending;
                     s.records[0].created_at = ago(5);
@@ -708,16 +714,11 @@ mod tests {
             (
                 "scheduled but not ready yet",
                 |s| {
-                    s.records[0].status = StackStatus::Creating;
-                    s.records[0].node_id = String::new();
-                    s.records[0].node_public_ip = None;
+                    just_created(s);
                     s.records[0].created_at = ago(60);
                     s.pods[0].health = starting();
                 },
-                Some(ObservedState {
-                    status: StackStatus::Creating,
-                    ..running_on_n1.clone()
-                }),
+                Some(creating_on_n1.clone()),
             ),
             (
                 "running record, readiness lost within the start timeout -> creating",
@@ -725,10 +726,7 @@ mod tests {
                     s.records[0].created_at = ago(60);
                     s.pods[0].health = starting();
                 },
-                Some(ObservedState {
-                    status: StackStatus::Creating,
-                    ..running_on_n1.clone()
-                }),
+                Some(creating_on_n1),
             ),
             (
                 "succeeded -> stopped",
