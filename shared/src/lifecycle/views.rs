@@ -58,6 +58,11 @@ impl ObjectView {
             terminating: meta.deletion_timestamp.is_some(),
         }
     }
+
+    /// Labelled ours and in `namespace`: an object the provisioner may act on.
+    pub(crate) fn is_ours_in(&self, namespace: &str) -> bool {
+        self.managed && self.namespace == namespace
+    }
 }
 
 impl PodView {

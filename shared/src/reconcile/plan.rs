@@ -122,23 +122,26 @@ struct Objects<'a> {
 
 impl<'a> Objects<'a> {
     fn index(inventory: &'a Inventory, config: &PlanConfig) -> Self {
-        let ours = |o: &ObjectView| o.managed && o.namespace == config.namespace;
         Self {
-            pods: inventory
-                .pods
-                .iter()
-                .filter(|p| ours(&p.object))
-                .map(|p| (p.object.name.as_str(), p))
-                .collect(),
-            services: inventory
-                .services
-                .iter()
-                .filter(|s| ours(&s.object))
-                .map(|s| (s.object.name.as_str(), s))
-                .collect(),
+            pods: ours_by_name(&inventory.pods, |p| &p.object, &config.namespace),
+            services: ours_by_name(&inventory.services, |s| &s.object, &config.namespace),
             nodes: inventory.nodes.iter().map(|n| (n.name.as_str(), n)).collect(),
         }
     }
+}
+
+/// Those of `objects` that are ours in `namespace`, by name; `view` is each one's metadata.
+fn ours_by_name<'a, T>(
+    objects: &'a [T],
+    view: impl Fn(&'a T) -> &'a ObjectView,
+    namespace: &str,
+) -> HashMap<&'a str, &'a T> {
+    objects
+        .iter()
+        .map(|object| (view(object), object))
+        .filter(|(view, _)| view.is_ours_in(namespace))
+        .map(|(view, object)| (view.name.as_str(), object))
+        .collect()
 }
 
 pub(crate) fn plan(inventory: Inventory, now: Timestamp, config: &PlanConfig) -> Plan {
@@ -194,28 +197,25 @@ pub(crate) fn plan(inventory: Inventory, now: Timestamp, config: &PlanConfig) ->
 
     result.actions = removals;
     // Walk the inventory's own order (not the maps') so that plans are deterministic.
-    let is_orphan = |object: &ObjectView, claimed: &HashSet<&str>| {
-        object.managed
-            && object.namespace == config.namespace
-            && !object.terminating
-            && !claimed.contains(object.name.as_str())
-            && older_than(object.created_at, now, config.orphan_grace)
-    };
-    for service in inventory
+    let services = inventory
         .services
         .iter()
-        .filter(|s| is_orphan(&s.object, &claimed_services))
-    {
-        result.actions.push(Action::DeleteOrphan {
-            kind: ObjectKind::Service,
-            name: service.object.name.clone(),
-        });
-    }
-    for pod in inventory.pods.iter().filter(|p| is_orphan(&p.object, &claimed_pods)) {
-        result.actions.push(Action::DeleteOrphan {
-            kind: ObjectKind::Pod,
-            name: pod.object.name.clone(),
-        });
+        .map(|s| (ObjectKind::Service, &s.object, &claimed_services));
+    let pods = inventory
+        .pods
+        .iter()
+        .map(|p| (ObjectKind::Pod, &p.object, &claimed_pods));
+    for (kind, object, claimed) in services.chain(pods) {
+        let orphan = object.is_ours_in(&config.namespace)
+            && !object.terminating
+            && !claimed.contains(object.name.as_str())
+            && older_than(object.created_at, now, config.orphan_grace);
+        if orphan {
+            result.actions.push(Action::DeleteOrphan {
+                kind,
+                name: object.name.clone(),
+            });
+        }
     }
     let recorded: HashSet<&StackId> = inventory
         .records
@@ -673,6 +673,14 @@ mod tests {
         assert_eq!(removal(&run(inventory)).unwrap().mark, None);
     }
 
+    /// Stack 1's record as a create leaves it: creating, on no node yet.
+    fn just_created(inventory: &mut Inventory) {
+        let record = &mut inventory.records[0];
+        record.status = StackStatus::Creating;
+        record.node_id = String::new();
+        record.node_public_ip = None;
+    }
+
     #[test]
     fn status_write_backs_happen_only_on_change() {
         type Edit = fn(&mut Inventory);
@@ -682,23 +690,21 @@ mod tests {
             node_public_ip: Some("203.0.113.1".into()),
             failure: None,
         };
+        let creating_on_n1 = ObservedState {
+            status: StackStatus::Creating,
+            ..running_on_n1.clone()
+        };
         let cases: Vec<(&str, Edit, Option<ObservedState>)> = vec![
             ("nothing changed", |_| {}, None),
             (
                 "pending -> creating record scheduled and running",
-                |s| {
-                    s.records[0].status = StackStatus::Creating;
-                    s.records[0].node_id = String::new();
-                    s.records[0].node_public_ip = None;
-                },
+                just_created,
                 Some(running_on_n1.clone()),
             ),
             (
                 "still pending stays creating",
                 |s| {
-                    s.records[0].status = StackStatus::Creating;
-                    s.records[0].node_id = String::new();
-                    s.records[0].node_public_ip = None;
+                    just_created(s);
                     s.pods[0].health = starting();
                     s.pods[0].scheduling = Scheduling::Pending;
                     s.records[0].created_at = ago(5);
@@ -708,16 +714,11 @@ mod tests {
             (
                 "scheduled but not ready yet",
                 |s| {
-                    s.records[0].status = StackStatus::Creating;
-                    s.records[0].node_id = String::new();
-                    s.records[0].node_public_ip = None;
+                    just_created(s);
                     s.records[0].created_at = ago(60);
                     s.pods[0].health = starting();
                 },
-                Some(ObservedState {
-                    status: StackStatus::Creating,
-                    ..running_on_n1.clone()
-                }),
+                Some(creating_on_n1.clone()),
             ),
             (
                 "running record, readiness lost within the start timeout -> creating",
@@ -725,10 +726,7 @@ mod tests {
                     s.records[0].created_at = ago(60);
                     s.pods[0].health = starting();
                 },
-                Some(ObservedState {
-                    status: StackStatus::Creating,
-                    ..running_on_n1.clone()
-                }),
+                Some(creating_on_n1),
             ),
             (
                 "succeeded -> stopped",

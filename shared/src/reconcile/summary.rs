@@ -101,20 +101,21 @@ mod tests {
 
     #[test]
     fn summary_json_names_every_count() {
-        let value = serde_json::to_value(sample()).unwrap();
-        for (key, want) in [
-            ("lease_held", json!(true)),
-            ("scanned", json!(120)),
-            ("expired", json!(3)),
-            ("drift", json!(2)),
-            ("orphans", json!(1)),
-            ("status_updates", json!(7)),
-            ("failures", json!(4)),
-            ("remaining", json!(5)),
-            ("duration_ms", json!(1234)),
-        ] {
-            assert_eq!(value[key], want, "{key}");
-        }
+        assert_eq!(
+            serde_json::to_value(sample()).unwrap(),
+            json!({
+                "lease_held": true,
+                "scanned": 120,
+                "expired": 3,
+                "drift": 2,
+                "orphans": 1,
+                "status_updates": 7,
+                "jobs": 1,
+                "failures": 4,
+                "remaining": 5,
+                "duration_ms": 1234,
+            })
+        );
         assert_eq!(
             serde_json::to_value(Summary::skipped(9)).unwrap()["lease_held"],
             json!(false)

@@ -12,7 +12,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::rejection::forbid_if;
+use super::rejection::{forbid_any, forbid_if};
 use super::{Rejection, ValidationPolicy};
 use crate::kube_names::{is_label_value, is_qualified_name};
 use crate::model::{MANAGED_BY_LABEL, OWN_LABEL_PREFIX};
@@ -46,12 +46,7 @@ pub(super) fn check(meta: &ObjectMeta, policy: &ValidationPolicy) -> Result<(), 
         ("managedFields", managed_fields.is_some()),
         ("resourceVersion", resource_version.is_some()),
     ];
-    if let Some((field, _)) = set_by_cluster.iter().find(|(_, set)| *set) {
-        return Err(Rejection::forbidden_because(
-            format!("metadata.{field}"),
-            "it is set by the cluster",
-        ));
-    }
+    forbid_any("metadata", &set_by_cluster, "it is set by the cluster")?;
     forbid_if(
         finalizers.is_some(),
         "metadata.finalizers",
@@ -160,7 +155,7 @@ fn is_reserved_key(key: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
+    use serde_json::{Value, json};
 
     use super::*;
     use crate::validate::tests::policy;
@@ -169,18 +164,24 @@ mod tests {
         super::check(meta, &policy())
     }
 
+    /// Metadata as a manifest writes it.
+    fn meta(value: Value) -> ObjectMeta {
+        serde_json::from_value(value).expect("an ObjectMeta")
+    }
+
     fn with_label(key: &str) -> ObjectMeta {
-        ObjectMeta {
-            labels: Some(BTreeMap::from([(key.to_owned(), "v".to_owned())])),
-            ..Default::default()
-        }
+        meta(json!({"labels": {key: "v"}}))
     }
 
     fn with_annotation(key: &str) -> ObjectMeta {
-        ObjectMeta {
-            annotations: Some(BTreeMap::from([(key.to_owned(), "v".to_owned())])),
-            ..Default::default()
-        }
+        meta(json!({"annotations": {key: "v"}}))
+    }
+
+    /// Asserts that `key` in `field` (`labels` or `annotations`) is refused as forbidden.
+    fn assert_key_forbidden(field: &str, key: &str) {
+        let r = check(&meta(json!({field: {key: "v"}}))).unwrap_err();
+        assert_eq!(r.path, format!("metadata.{field}.{key}"));
+        assert!(r.problem.starts_with("is forbidden"), "{r}");
     }
 
     #[test]
@@ -221,9 +222,7 @@ mod tests {
             "sidecar.istio.io/inject",
             "example.com/team",
         ] {
-            let r = check(&with_annotation(key)).unwrap_err();
-            assert_eq!(r.path, format!("metadata.annotations.{key}"));
-            assert!(r.problem.starts_with("is forbidden"), "{r}");
+            assert_key_forbidden("annotations", key);
         }
         let team = ValidationPolicy {
             annotation_allowlist: vec!["ctf.example.com/*".into(), "kubernetes.io/x".into()],
@@ -256,11 +255,7 @@ mod tests {
             assert!(check(&with_annotation(key)).is_err(), "{key:?}");
         }
         for value in ["-x", "x-", "a b", &"v".repeat(64)] {
-            let meta = ObjectMeta {
-                labels: Some(BTreeMap::from([("app".to_owned(), value.to_owned())])),
-                ..Default::default()
-            };
-            assert!(check(&meta).is_err(), "{value:?}");
+            assert!(check(&meta(json!({"labels": {"app": value}}))).is_err(), "{value:?}");
         }
         let big = ObjectMeta {
             annotations: Some((0..300).map(|i| (format!("k{i}"), "v".repeat(1000))).collect()),
@@ -301,57 +296,23 @@ mod tests {
             "stack-provisioner/other",
             "app.kubernetes.io/managed-by",
         ] {
-            let label = check(&with_label(key)).unwrap_err();
-            assert_eq!(label.path, format!("metadata.labels.{key}"));
-            assert!(label.problem.starts_with("is forbidden"), "{label}");
-            assert_eq!(
-                check(&with_annotation(key)).unwrap_err().path,
-                format!("metadata.annotations.{key}")
-            );
+            assert_key_forbidden("labels", key);
+            assert_key_forbidden("annotations", key);
         }
     }
 
     #[test]
     fn cluster_owned_fields_are_rejected() {
-        let overwritten = ObjectMeta {
-            uid: Some("u".into()),
-            generation: Some(1),
-            self_link: Some("/api/v1/x".into()),
-            ..Default::default()
-        };
+        let overwritten = meta(json!({"uid": "u", "generation": 1, "selfLink": "/api/v1/x"}));
         assert_eq!(check(&overwritten), Ok(()));
-        let cases = [
-            (
-                ObjectMeta {
-                    resource_version: Some("1".into()),
-                    ..Default::default()
-                },
-                "metadata.resourceVersion",
-            ),
-            (
-                ObjectMeta {
-                    managed_fields: Some(vec![]),
-                    ..Default::default()
-                },
-                "metadata.managedFields",
-            ),
-            (
-                ObjectMeta {
-                    finalizers: Some(vec!["x/y".into()]),
-                    ..Default::default()
-                },
-                "metadata.finalizers",
-            ),
-            (
-                ObjectMeta {
-                    owner_references: Some(vec![]),
-                    ..Default::default()
-                },
-                "metadata.ownerReferences",
-            ),
-        ];
-        for (meta, path) in cases {
-            assert_eq!(check(&meta).unwrap_err().path, path);
+        for (field, value) in [
+            ("resourceVersion", json!("1")),
+            ("managedFields", json!([])),
+            ("finalizers", json!(["x/y"])),
+            ("ownerReferences", json!([])),
+        ] {
+            let refused = check(&meta(json!({field: value}))).unwrap_err();
+            assert_eq!(refused.path, format!("metadata.{field}"));
         }
     }
 }

@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{
     Affinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PodSpec, Toleration,
 };
 
-use super::rejection::forbid_if;
+use super::rejection::{forbid_any, forbid_if};
 use super::{Rejection, ValidationPolicy, security_context};
 use crate::config::NodeTaint;
 use crate::model::STARTUP_TAINT;
@@ -76,17 +76,12 @@ pub(super) fn check(spec: &PodSpec, policy: &ValidationPolicy) -> Result<(), Rej
         volumes: _,
     } = spec;
 
-    for (field, value) in [
-        ("hostNetwork", host_network),
-        ("hostPID", host_pid),
-        ("hostIPC", host_ipc),
-    ] {
-        forbid_if(
-            *value == Some(true),
-            format!("spec.{field}"),
-            "it shares a namespace with the node",
-        )?;
-    }
+    let host_namespaces = [
+        ("hostNetwork", *host_network == Some(true)),
+        ("hostPID", *host_pid == Some(true)),
+        ("hostIPC", *host_ipc == Some(true)),
+    ];
+    forbid_any("spec", &host_namespaces, "it shares a namespace with the node")?;
     forbid_if(
         *host_users == Some(true),
         "spec.hostUsers",

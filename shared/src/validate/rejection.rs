@@ -54,6 +54,13 @@ pub(crate) fn forbid_if(set: bool, path: impl Into<String>, why: &str) -> Result
     Ok(())
 }
 
+/// [`forbid_if`] for each `(field, set)` under `at`: the first field set is refused with `why`.
+pub(crate) fn forbid_any(at: &str, fields: &[(&str, bool)], why: &str) -> Result<(), Rejection> {
+    fields
+        .iter()
+        .try_for_each(|&(field, set)| forbid_if(set, format!("{at}.{field}"), why))
+}
+
 /// Which container list a container is in, and where; displays as its path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ContainerPath {

@@ -19,8 +19,11 @@
 use k8s_openapi::api::core::v1::{AppArmorProfile, Capabilities, PodSecurityContext, SeccompProfile, SecurityContext};
 
 use super::Rejection;
-use super::rejection::forbid_if;
+use super::rejection::{forbid_any, forbid_if};
 use crate::config::LINUX_CAPABILITIES;
+
+/// Why a field that would not harden the stack is refused.
+const NOT_HARDENING: &str = "only fields that harden the stack may be set (runAsNonRoot, runAsUser, runAsGroup, readOnlyRootFilesystem, capabilities.drop, ...)";
 
 /// Highest user or group id the apiserver accepts.
 const MAX_ID: i64 = i32::MAX as i64;
@@ -50,9 +53,7 @@ pub(super) fn check_pod(context: &PodSecurityContext) -> Result<(), Rejection> {
         ("sysctls", sysctls.is_some()),
         ("windowsOptions", windows_options.is_some()),
     ];
-    if let Some((field, _)) = not_tightening.iter().find(|(_, set)| *set) {
-        return Err(not_hardening(&format!("{AT}.{field}")));
-    }
+    forbid_any(AT, &not_tightening, NOT_HARDENING)?;
     check_identity(AT, *run_as_non_root, *run_as_user, *run_as_group)?;
     check_id(&format!("{AT}.fsGroup"), *fs_group, "group")?;
     for (index, group) in supplemental_groups.iter().flatten().enumerate() {
@@ -98,27 +99,17 @@ pub(super) fn check_container(context: &SecurityContext, at: &str, add_back: &[S
         format!("{at}.procMount"),
         "only Default is allowed: it would unmask /proc",
     )?;
-    for (field, set) in [
+    let not_tightening = [
         ("seLinuxOptions", se_linux_options.is_some()),
         ("windowsOptions", windows_options.is_some()),
-    ] {
-        if set {
-            return Err(not_hardening(&format!("{at}.{field}")));
-        }
-    }
+    ];
+    forbid_any(at, &not_tightening, NOT_HARDENING)?;
     check_identity(at, *run_as_non_root, *run_as_user, *run_as_group)?;
     check_profiles(at, seccomp_profile.as_ref(), app_armor_profile.as_ref())?;
     if let Some(capabilities) = capabilities {
         check_capabilities(capabilities, &format!("{at}.capabilities"), add_back)?;
     }
     Ok(())
-}
-
-fn not_hardening(path: &str) -> Rejection {
-    Rejection::forbidden_because(
-        path,
-        "only fields that harden the stack may be set (runAsNonRoot, runAsUser, runAsGroup, readOnlyRootFilesystem, capabilities.drop, ...)",
-    )
 }
 
 fn check_identity(at: &str, non_root: Option<bool>, user: Option<i64>, group: Option<i64>) -> Result<(), Rejection> {

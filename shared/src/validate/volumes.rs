@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, PodSpec, Volume, VolumePr
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::Rejection;
+use super::rejection::forbid_any;
 use crate::quantity::{format_bytes, parse_bytes};
 
 const ALLOWED_TYPES: &str = "only emptyDir, configMap, secret, downwardAPI and projected volumes are allowed";
@@ -80,9 +81,7 @@ fn check_volume(volume: &Volume, at: &str) -> Result<(), Rejection> {
         ("storageos", storageos.is_some()),
         ("vsphereVolume", vsphere_volume.is_some()),
     ];
-    if let Some((field, _)) = forbidden.iter().find(|(_, set)| *set) {
-        return Err(Rejection::forbidden_because(format!("{at}.{field}"), ALLOWED_TYPES));
-    }
+    forbid_any(at, &forbidden, ALLOWED_TYPES)?;
     if name.is_empty() {
         return Err(Rejection::required(format!("{at}.name")));
     }

@@ -5,26 +5,9 @@
 
 use serde_json::{Value, json};
 
-use super::{edited, init_container, policy, run, stack_id, tcp};
+use super::{accepted, edited, init_container, policy, refused, run, stack_id, tcp};
 use crate::config::PodLimits;
 use crate::validate::{Rejection, ValidationPolicy, validate};
-
-fn refused(rows: Vec<(Vec<(&str, Value)>, &str)>) {
-    for (edits, path) in rows {
-        match run(&edited(&edits)) {
-            Ok(_) => panic!("{edits:?} was accepted, expected a rejection at {path}"),
-            Err(r) => assert_eq!(r.path, path, "{edits:?}: {r}"),
-        }
-    }
-}
-
-fn accepted(rows: Vec<Vec<(&str, Value)>>) {
-    for edits in rows {
-        if let Err(r) = run(&edited(&edits)) {
-            panic!("{edits:?} was rejected: {r}");
-        }
-    }
-}
 
 const BASE_YAML: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec:\n  containers:\n  - name: web\n    image: nginx\n    ports: [{containerPort: 80}]\n    resources: {limits: {cpu: 500m, memory: 128Mi}}\n";
 
