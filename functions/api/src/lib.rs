@@ -3,6 +3,7 @@
 pub mod auth;
 pub mod deadline;
 pub mod error;
+pub mod extract;
 pub mod openapi;
 pub mod refusals;
 pub mod request_log;

@@ -3,13 +3,13 @@
 //! answered without waiting for the count (one atomic DynamoDB update, no read). Under a
 //! flood of refusals the minute's item is hot; a count DynamoDB throttles is dropped.
 
-use stack_core::{RefusalReason, StackError, TenantId};
+use std::sync::Arc;
 
-use crate::state::AppState;
+use stack_core::{RefusalReason, StackError, Stacks, TenantId};
 
-pub fn count(state: &AppState, tenant: TenantId, err: &StackError) {
+pub fn count(stacks: &Arc<Stacks>, tenant: TenantId, err: &StackError) {
     let reason = RefusalReason::of(err);
-    let stacks = state.stacks.clone();
+    let stacks = Arc::clone(stacks);
     tokio::spawn(async move {
         if let Err(err) = stacks
             .store()

@@ -62,25 +62,21 @@ impl EnvSettings {
     }
 
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, EnvError> {
-        let required = |name: &str| {
-            lookup(name)
-                .filter(|v| !v.trim().is_empty())
-                .ok_or_else(|| EnvError::NotConfigured(format!("{name} is not set")))
-        };
+        // A blank variable counts as unset.
+        let optional = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let required = |name: &str| optional(name).ok_or_else(|| EnvError::NotConfigured(format!("{name} is not set")));
         Ok(Self {
             kubeconfig: PathBuf::from(required(KUBECONFIG)?),
             dynamodb_endpoint: required(DYNAMODB_ENDPOINT)?,
             region: required(REGION)?,
             access_key_id: required(ACCESS_KEY_ID)?,
             secret_access_key: required(SECRET_ACCESS_KEY)?,
-            table: lookup(TABLE)
-                .filter(|v| !v.trim().is_empty())
-                .unwrap_or_else(|| "stacks".to_owned()),
-            state_dir: lookup(STATE_DIR).filter(|v| !v.trim().is_empty()).map(PathBuf::from),
-            registry: lookup(REGISTRY).filter(|v| !v.trim().is_empty()),
-            slow_registry: lookup(SLOW_REGISTRY).filter(|v| !v.trim().is_empty()),
+            table: optional(TABLE).unwrap_or_else(|| "stacks".to_owned()),
+            state_dir: optional(STATE_DIR).map(PathBuf::from),
+            registry: optional(REGISTRY),
+            slow_registry: optional(SLOW_REGISTRY),
             real_nodes: lookup(REAL_NODES).and_then(|v| v.trim().parse().ok()).unwrap_or(0),
-            internet_host: lookup(INTERNET_HOST).filter(|v| !v.trim().is_empty()),
+            internet_host: optional(INTERNET_HOST),
         })
     }
 }

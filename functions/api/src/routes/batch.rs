@@ -1,15 +1,15 @@
-use stack_core::{BATCH_JOB_BUDGET, BatchDeleteJob, JobError, JobStatus, Principal};
+use stack_core::{BATCH_JOB_BUDGET, BatchDeleteJob, JobError, JobStatus};
 
+use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
-use crate::state::AppState;
+use crate::extract::Caller;
 
 /// Accepts `{"stack_ids": [...]}`, stores a durable job and starts it in the background.
 #[utoipa::path(
@@ -25,11 +25,7 @@ use crate::state::AppState;
         crate::openapi::Unavailable,
     ),
 )]
-pub async fn start(
-    State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    body: Bytes,
-) -> Result<Response, ApiError> {
+pub async fn start(caller: Caller, body: Bytes) -> Result<Response, ApiError> {
     let value: Value = serde_json::from_slice(&body).map_err(|_| ApiError::invalid_json())?;
     let ids = match value.get("stack_ids") {
         None | Some(Value::Null) => Vec::new(),
@@ -43,9 +39,9 @@ pub async fn start(
             .collect::<Result<_, _>>()?,
         Some(_) => return Err(ApiError::invalid_json()),
     };
-    let job = state.stacks.start_batch_delete(&ids, &principal.scope).await?;
+    let job = caller.stacks.start_batch_delete(&ids, caller.scope()).await?;
     let job_id = job.job_id.clone();
-    let stacks = state.stacks.clone();
+    let stacks = caller.stacks;
     tokio::spawn(async move {
         if let Err(err) = stacks.advance_job(job, BATCH_JOB_BUDGET).await {
             tracing::warn!(error = %err, "batch delete paused; the reconciler will finish it");
@@ -66,12 +62,8 @@ pub async fn start(
         crate::openapi::Unavailable,
     ),
 )]
-pub async fn get(
-    State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    Path(job_id): Path<String>,
-) -> Result<Response, ApiError> {
-    let job = state.stacks.get_job(&job_id, &principal.scope).await?;
+pub async fn get(caller: Caller, Path(job_id): Path<String>) -> Result<Response, ApiError> {
+    let job = caller.stacks.get_job(&job_id, caller.scope()).await?;
     Ok(Json(JobView::from(&job)).into_response())
 }
 

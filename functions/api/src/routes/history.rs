@@ -1,14 +1,13 @@
 //! `GET /history`: what the dashboard charts (reconcile pass snapshots and create refusals of
 //! the last day). Two range queries, no scan.
 
-use axum::extract::State;
-use axum::{Extension, Json};
+use axum::Json;
 use jiff::{SignedDuration, Timestamp};
 use serde::Serialize;
-use stack_core::{PassSnapshot, Principal, RefusalMinute, Scope};
+use stack_core::{PassSnapshot, RefusalMinute, Scope};
 
 use crate::error::ApiError;
-use crate::state::AppState;
+use crate::extract::Caller;
 
 /// How far back the charts go.
 const WINDOW: SignedDuration = SignedDuration::from_hours(24);
@@ -37,13 +36,10 @@ pub struct History {
 ///
 /// Passes are of the whole deployment: a key of one tenant gets none, and only its tenant's
 /// refusals.
-pub async fn history(
-    State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-) -> Result<Json<History>, ApiError> {
+pub async fn history(caller: Caller) -> Result<Json<History>, ApiError> {
     let since = Timestamp::now().saturating_sub(WINDOW).unwrap_or(Timestamp::UNIX_EPOCH);
-    let store = state.stacks.store();
-    let scope = &principal.scope;
+    let store = caller.stacks.store();
+    let scope = caller.scope();
     let passes = async {
         match scope {
             Scope::All => store.pass_snapshots_since(since).await,
@@ -52,7 +48,7 @@ pub async fn history(
     };
     let (passes, refusals) =
         tokio::try_join!(passes, store.refusals_since(since)).map_err(stack_core::StackError::from)?;
-    let challenge_label = state.stacks.config().challenge_label.clone();
+    let challenge_label = caller.stacks.config().challenge_label.clone();
     let refusals = refusals
         .into_iter()
         .map(|minute| minute.of_scope(scope))

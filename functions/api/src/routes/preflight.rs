@@ -1,13 +1,12 @@
 //! `POST /preflight`: before an event's start gun, whether the stacks it expects fit, limit by
 //! limit ([`stack_core::Forecast`]).
 
+use axum::Json;
 use axum::body::Bytes;
-use axum::extract::State;
-use axum::{Extension, Json};
-use stack_core::{Forecast, Principal};
+use stack_core::Forecast;
 
 use crate::error::ApiError;
-use crate::state::AppState;
+use crate::extract::Caller;
 use crate::wire::parse_preflight_body;
 
 /// Go or no-go, per limit with the headroom left, for the stacks an event expects.
@@ -24,11 +23,7 @@ use crate::wire::parse_preflight_body;
         crate::openapi::Unavailable,
     ),
 )]
-pub async fn preflight(
-    State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    body: Bytes,
-) -> Result<Json<Forecast>, ApiError> {
+pub async fn preflight(caller: Caller, body: Bytes) -> Result<Json<Forecast>, ApiError> {
     let plan = parse_preflight_body(&body)?;
-    Ok(Json(state.stacks.preflight(&plan, &principal.scope).await?))
+    Ok(Json(caller.stacks.preflight(&plan, caller.scope()).await?))
 }

@@ -1,13 +1,12 @@
 //! `GET /prepull` and `PUT /prepull`: the images kept on every stack node before the start gun,
 //! and where they stand ([`stack_core::Readiness`]).
 
+use axum::Json;
 use axum::body::Bytes;
-use axum::extract::State;
-use axum::{Extension, Json};
-use stack_core::{Principal, Readiness};
+use stack_core::Readiness;
 
 use crate::error::ApiError;
-use crate::state::AppState;
+use crate::extract::Caller;
 use crate::wire::parse_prepull_body;
 
 /// Per image, how many stack nodes hold it, which are pulling, which failed and why; `go` once
@@ -22,11 +21,8 @@ use crate::wire::parse_prepull_body;
         crate::openapi::Unavailable,
     ),
 )]
-pub async fn readiness(
-    State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-) -> Result<Json<Readiness>, ApiError> {
-    Ok(Json(state.stacks.prepull_readiness(&principal.scope).await?))
+pub async fn readiness(caller: Caller) -> Result<Json<Readiness>, ApiError> {
+    Ok(Json(caller.stacks.prepull_readiness(caller.scope()).await?))
 }
 
 /// Declares the images an event will need, replacing the key's tenant's previous list (`[]`
@@ -44,11 +40,7 @@ pub async fn readiness(
         crate::openapi::Unavailable,
     ),
 )]
-pub async fn declare(
-    State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    body: Bytes,
-) -> Result<Json<Readiness>, ApiError> {
+pub async fn declare(caller: Caller, body: Bytes) -> Result<Json<Readiness>, ApiError> {
     let images = parse_prepull_body(&body)?;
-    Ok(Json(state.stacks.declare_prepull(&images, &principal.scope).await?))
+    Ok(Json(caller.stacks.declare_prepull(&images, caller.scope()).await?))
 }

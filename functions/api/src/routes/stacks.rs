@@ -1,15 +1,15 @@
+use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::RawQuery;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
 use serde_json::json;
 use sha2::{Digest, Sha256};
-use stack_core::{CreateOutcome, CreateRequest, ListCursor, Principal, StackId, StackRecord};
+use stack_core::{CreateOutcome, CreateRequest, ListCursor, StackRecord};
 
 use crate::error::ApiError;
+use crate::extract::{Caller, StackIdPath};
 use crate::request_log::LoggedStackId;
-use crate::state::AppState;
 use crate::wire::{
     MAX_PAGE_PAYLOAD_BYTES, StackPage, StackView, StatusView, parse_create_body, parse_list_query, payload_bytes,
 };
@@ -34,25 +34,20 @@ const MAX_IDEMPOTENCY_KEY_LEN: usize = 256;
             headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
     ),
 )]
-pub async fn create(
-    State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, ApiError> {
+pub async fn create(caller: Caller, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
     let parsed = parse_create_body(&body)?;
     let idempotency_key = idempotency_key(&headers)?;
     let request = CreateRequest {
-        tenant: principal.tenant_for_create(),
+        tenant: caller.principal.tenant_for_create(),
         manifest: parsed.pod_spec,
         target_ports: parsed.target_ports,
         idempotency_key,
         body_sha256: hex::encode(Sha256::digest(&body)),
     };
-    let record = match state.stacks.create(request).await {
+    let record = match caller.stacks.create(request).await {
         Ok(CreateOutcome::Created(record) | CreateOutcome::Replayed(record)) => record,
         Err(err) => {
-            crate::refusals::count(&state, principal.tenant_for_create(), &err);
+            crate::refusals::count(&caller.stacks, caller.principal.tenant_for_create(), &err);
             return Err(err.into());
         }
     };
@@ -89,16 +84,12 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
         crate::openapi::Unavailable,
     ),
 )]
-pub async fn list(
-    State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    RawQuery(query): RawQuery,
-) -> Result<Response, ApiError> {
+pub async fn list(caller: Caller, RawQuery(query): RawQuery) -> Result<Response, ApiError> {
     let query = parse_list_query(query.as_deref())?;
-    let page = state
+    let page = caller
         .stacks
         .list_page(
-            &principal.scope,
+            caller.scope(),
             query.cursor.as_ref(),
             query.limit,
             MAX_PAGE_PAYLOAD_BYTES,
@@ -116,7 +107,7 @@ pub async fn list(
     get,
     path = "/stacks/{stack_id}",
     operation_id = "getStack",
-    params(("stack_id" = String, Path, description = "stack- and 16 lowercase hex digits")),
+    params(StackIdPath),
     responses(
         (status = 200, description = "Success", body = StackView),
         crate::openapi::KeyRefused,
@@ -124,12 +115,8 @@ pub async fn list(
         crate::openapi::Unavailable,
     ),
 )]
-pub async fn get(
-    State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    Path(stack_id): Path<String>,
-) -> Result<Response, ApiError> {
-    let record = state.stacks.get(&parse_id(&stack_id)?, &principal.scope).await?;
+pub async fn get(caller: Caller, StackIdPath(id): StackIdPath) -> Result<Response, ApiError> {
+    let record = caller.stacks.get(&id, caller.scope()).await?;
     Ok(stack_response(StatusCode::OK, &record))
 }
 
@@ -137,7 +124,7 @@ pub async fn get(
     get,
     path = "/stacks/{stack_id}/status",
     operation_id = "getStackStatus",
-    params(("stack_id" = String, Path, description = "stack- and 16 lowercase hex digits")),
+    params(StackIdPath),
     responses(
         (status = 200, description = "Success", body = StatusView),
         crate::openapi::KeyRefused,
@@ -145,12 +132,8 @@ pub async fn get(
         crate::openapi::Unavailable,
     ),
 )]
-pub async fn status(
-    State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    Path(stack_id): Path<String>,
-) -> Result<Response, ApiError> {
-    let record = state.stacks.status(&parse_id(&stack_id)?, &principal.scope).await?;
+pub async fn status(caller: Caller, StackIdPath(id): StackIdPath) -> Result<Response, ApiError> {
+    let record = caller.stacks.status(&id, caller.scope()).await?;
     Ok(with_stack_id(Json(StatusView::from(&record)).into_response(), &record))
 }
 
@@ -158,7 +141,7 @@ pub async fn status(
     delete,
     path = "/stacks/{stack_id}",
     operation_id = "deleteStack",
-    params(("stack_id" = String, Path, description = "stack- and 16 lowercase hex digits")),
+    params(StackIdPath),
     responses(
         (status = 200, description = "Success", body = crate::openapi::Deleted),
         crate::openapi::KeyRefused,
@@ -166,13 +149,8 @@ pub async fn status(
         crate::openapi::Unavailable,
     ),
 )]
-pub async fn delete(
-    State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    Path(stack_id): Path<String>,
-) -> Result<Response, ApiError> {
-    let id = parse_id(&stack_id)?;
-    state.stacks.delete(&id, &principal.scope).await?;
+pub async fn delete(caller: Caller, StackIdPath(id): StackIdPath) -> Result<Response, ApiError> {
+    caller.stacks.delete(&id, caller.scope()).await?;
     Ok(Json(json!({ "deleted": true, "stack_id": id })).into_response())
 }
 
@@ -180,7 +158,7 @@ pub async fn delete(
     post,
     path = "/stacks/{stack_id}/renew",
     operation_id = "renewStack",
-    params(("stack_id" = String, Path, description = "stack- and 16 lowercase hex digits")),
+    params(StackIdPath),
     responses(
         (status = 200, description = "Success", body = StackView),
         crate::openapi::KeyRefused,
@@ -189,12 +167,8 @@ pub async fn delete(
         crate::openapi::Unavailable,
     ),
 )]
-pub async fn renew(
-    State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    Path(stack_id): Path<String>,
-) -> Result<Response, ApiError> {
-    let record = state.stacks.renew(&parse_id(&stack_id)?, &principal.scope).await?;
+pub async fn renew(caller: Caller, StackIdPath(id): StackIdPath) -> Result<Response, ApiError> {
+    let record = caller.stacks.renew(&id, caller.scope()).await?;
     Ok(stack_response(StatusCode::OK, &record))
 }
 
@@ -209,16 +183,8 @@ pub async fn renew(
         crate::openapi::Unavailable,
     ),
 )]
-pub async fn stats(
-    State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-) -> Result<Response, ApiError> {
-    Ok(Json(state.stacks.stats(&principal.scope).await?).into_response())
-}
-
-/// An id that is not of our form can name no stack.
-fn parse_id(raw: &str) -> Result<StackId, ApiError> {
-    raw.parse().map_err(|_| ApiError::stack_not_found())
+pub async fn stats(caller: Caller) -> Result<Response, ApiError> {
+    Ok(Json(caller.stacks.stats(caller.scope()).await?).into_response())
 }
 
 fn stack_response(status: StatusCode, record: &StackRecord) -> Response {
