@@ -105,10 +105,9 @@ impl ApiHarness {
     async fn on_real_nodes_holding(guard: crate::env::real_nodes::NodesGuard, overrides: &[(&str, &str)]) -> Self {
         let env = TestEnv::connect().await.expect("local environment (run tests/env/up)");
         let registry = env
-            .settings
-            .registry
-            .clone()
-            .expect("STACK_ENV_REGISTRY (tests/env/up with real nodes)");
+            .registry()
+            .expect("STACK_ENV_REGISTRY (tests/env/up with real nodes)")
+            .to_owned();
         assert!(
             env.settings.real_nodes > 0,
             "the environment runs no real node (STACK_ENV_REAL_NODES=0)"
@@ -141,7 +140,7 @@ impl ApiHarness {
 
     /// The registry the real nodes pull from.
     pub fn registry(&self) -> &str {
-        self.env.settings.registry.as_deref().expect("STACK_ENV_REGISTRY")
+        self.env.registry().expect("STACK_ENV_REGISTRY")
     }
 
     /// Like [`with_env`](Self::with_env), with the functions' cluster client made from `kube`

@@ -69,10 +69,9 @@ async fn main() {
     let options = Options::parse();
     let env = TestEnv::connect().await.expect("local environment (tests/env/up)");
     let registry = env
-        .settings
-        .registry
-        .clone()
-        .expect("STACK_ENV_REGISTRY: real nodes (tests/env/up)");
+        .registry()
+        .expect("STACK_ENV_REGISTRY: real nodes (tests/env/up)")
+        .to_owned();
     let mut fixture = BenchFixture::default();
     let result = run(&env, &options, &registry, &mut fixture).await;
     for failure in fixture.remove(&env).await {

@@ -134,10 +134,9 @@ async fn main() {
 
 async fn run(env: &TestEnv, options: &Options, fixture: &mut BenchFixture) -> Result<(), String> {
     let registry = env
-        .settings
-        .registry
-        .clone()
-        .ok_or("STACK_ENV_REGISTRY: real nodes (tests/env/up)")?;
+        .registry()
+        .ok_or("STACK_ENV_REGISTRY: real nodes (tests/env/up)")?
+        .to_owned();
     let slow =
         env.settings.slow_registry.clone().ok_or(
             "STACK_ENV_SLOW_REGISTRY is not set: an environment started before it existed (tests/env/down, up)",
