@@ -17,6 +17,7 @@ use tower::ServiceExt;
 use crate::black_hole::BlackHole;
 use crate::counting::{CallsByKind, dynamodb_counting_by_operation, kube_counting_by_kind};
 use crate::env::{SIMULATED_ROLE, TestEnv, TestTable, unique_name};
+use crate::tenants;
 
 pub const API_KEY: &str = "local-test-key";
 
@@ -104,10 +105,9 @@ impl ApiHarness {
     async fn on_real_nodes_holding(guard: crate::env::real_nodes::NodesGuard, overrides: &[(&str, &str)]) -> Self {
         let env = TestEnv::connect().await.expect("local environment (run tests/env/up)");
         let registry = env
-            .settings
-            .registry
-            .clone()
-            .expect("STACK_ENV_REGISTRY (tests/env/up with real nodes)");
+            .registry()
+            .expect("STACK_ENV_REGISTRY (tests/env/up with real nodes)")
+            .to_owned();
         assert!(
             env.settings.real_nodes > 0,
             "the environment runs no real node (STACK_ENV_REAL_NODES=0)"
@@ -125,9 +125,22 @@ impl ApiHarness {
         harness
     }
 
+    /// Like [`with_env`](Self::with_env), with the three tenants and keys of every role
+    /// ([`tenants::settings`], `limits` as `STACK_TENANTS` writes them); `extra` follow.
+    pub async fn with_tenants(limits: &[(&str, u32)], extra: &[(&str, &str)]) -> Self {
+        let settings = tenants::settings(limits);
+        Self::with_env(&tenant_vars(&settings, extra)).await
+    }
+
+    /// Like [`on_real_nodes`](Self::on_real_nodes), with the three tenants and keys of every role.
+    pub async fn on_real_nodes_with_tenants(extra: &[(&str, &str)]) -> Self {
+        let settings = tenants::settings(&[]);
+        Self::on_real_nodes(&tenant_vars(&settings, extra)).await
+    }
+
     /// The registry the real nodes pull from.
     pub fn registry(&self) -> &str {
-        self.env.settings.registry.as_deref().expect("STACK_ENV_REGISTRY")
+        self.env.registry().expect("STACK_ENV_REGISTRY")
     }
 
     /// Like [`with_env`](Self::with_env), with the functions' cluster client made from `kube`
@@ -410,6 +423,15 @@ pub async fn kube_config(env: &TestEnv) -> kube::Config {
         .expect("kube config");
     stack_core::apply_client_limits(&mut config);
     config
+}
+
+/// The tenants' `settings` as a harness takes them, then `extra`.
+fn tenant_vars<'a>(settings: &'a [(String, String)], extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    settings
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .chain(extra.iter().copied())
+        .collect()
 }
 
 fn managed() -> ListParams {

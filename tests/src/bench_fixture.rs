@@ -20,6 +20,44 @@ pub fn value_after(args: &[String], flag: &str) -> Option<String> {
     args.get(at + 1).cloned()
 }
 
+/// A benchmark's command line, read flag by flag (`--stacks 24`), each with its default.
+pub struct BenchArgs(Vec<String>);
+
+impl BenchArgs {
+    pub fn from_env() -> Self {
+        Self(std::env::args().collect())
+    }
+
+    /// The value of `flag`, or `default`.
+    pub fn text(&self, flag: &str, default: &str) -> String {
+        value_after(&self.0, flag).unwrap_or_else(|| default.to_owned())
+    }
+
+    /// The value of `flag` as a number, if it is one.
+    pub fn parsed<T: std::str::FromStr>(&self, flag: &str) -> Option<T> {
+        value_after(&self.0, flag).and_then(|n| n.parse().ok())
+    }
+
+    /// The value of `flag` as a number, or `default` when absent or not one.
+    pub fn number<T: std::str::FromStr>(&self, flag: &str, default: T) -> T {
+        self.parsed(flag).unwrap_or(default)
+    }
+
+    /// The comma-separated values of `flag` (or of `default`), blanks left out.
+    pub fn list(&self, flag: &str, default: &str) -> Vec<String> {
+        self.text(flag, default)
+            .split(',')
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect()
+    }
+
+    /// Whether `flag` is on: unless it says `off`.
+    pub fn on(&self, flag: &str) -> bool {
+        value_after(&self.0, flag).is_none_or(|v| v != "off")
+    }
+}
+
 /// How long a benchmark waits for thousands of pods to run or to go.
 pub const PODS_TIMEOUT: Duration = Duration::from_secs(900);
 const PAGE: u32 = 500;
@@ -69,6 +107,18 @@ pub struct BenchFixture {
 }
 
 impl BenchFixture {
+    /// A fresh table (remembered for removal); its name.
+    pub async fn fresh_table(&mut self, env: &TestEnv, prefix: &str) -> Result<String, EnvError> {
+        let table = self.table.insert(env.fresh_table(prefix).await?);
+        Ok(table.name().to_owned())
+    }
+
+    /// A fresh namespace (remembered for removal); its name.
+    pub async fn fresh_namespace(&mut self, env: &TestEnv, prefix: &str) -> Result<String, EnvError> {
+        let namespace = env.fresh_namespace(prefix).await?;
+        Ok(self.namespace.insert(namespace.name().to_owned()).clone())
+    }
+
     /// Adds a simulated node (remembered for removal) and waits until pods can be placed on it.
     pub async fn add_node(&mut self, env: &TestEnv, node: &SimulatedNode) -> Result<(), EnvError> {
         self.nodes.push(node.name.clone());

@@ -18,6 +18,21 @@ pub fn median(samples: &[Duration]) -> Duration {
     percentile(&sorted, 50)
 }
 
+/// `p50/p95/p99/max s` of durations sorted ascending (`-` when there are none).
+pub fn spread(sorted: &[Duration]) -> String {
+    let s = |d: Duration| format!("{:.2}", d.as_secs_f64());
+    match sorted.last() {
+        Some(max) => format!(
+            "{}/{}/{}/{} s",
+            s(percentile(sorted, 50)),
+            s(percentile(sorted, 95)),
+            s(percentile(sorted, 99)),
+            s(*max)
+        ),
+        None => "-".to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -31,5 +46,7 @@ mod tests {
         assert_eq!(percentile(&sorted, 100), ms(100));
         assert_eq!(percentile(&[], 50), Duration::ZERO);
         assert_eq!(median(&[ms(9), ms(1), ms(5)]), ms(5));
+        assert_eq!(spread(&sorted), "0.05/0.10/0.10/0.10 s");
+        assert_eq!(spread(&[]), "-");
     }
 }

@@ -19,6 +19,7 @@ pub mod platform_journey;
 pub mod proc_status;
 pub mod reconciler;
 pub mod registry_tags;
+pub mod seeding;
 pub mod stalling_proxy;
 pub mod tenants;
 pub mod throttled_registry;

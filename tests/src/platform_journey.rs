@@ -6,9 +6,10 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use http::Method;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::api_process::ApiClient;
+use crate::challenges::Challenge;
 use crate::participant::{address_of, read_all};
 
 /// The participant's next try after a refusal.
@@ -29,6 +30,32 @@ pub struct Journey {
     pub first_refusal: Option<String>,
     pub failed: Option<String>,
     pub creating_past_deadline: bool,
+}
+
+/// A participant of each of `challenges`, all starting at the same instant (each journey's
+/// `challenge` left 0); given up `deadline` after the start.
+pub async fn start_together(
+    client: &ApiClient,
+    challenges: &[Challenge],
+    poll: Duration,
+    deadline: Duration,
+) -> Vec<Journey> {
+    let start = Instant::now();
+    let participants = challenges.iter().map(|challenge| {
+        let target = json!([{ "container_port": challenge.port, "protocol": "TCP" }]);
+        let body = json!({ "pod_spec": challenge.manifest(), "target_port": target });
+        async move { journey(client, &body, &challenge.flag, poll, start, deadline).await }
+    });
+    futures::future::join_all(participants).await
+}
+
+/// The platform deletes the stacks of `journeys`, all at once.
+pub async fn delete_stacks(client: &ApiClient, journeys: &[Journey]) {
+    let deletes = journeys
+        .iter()
+        .filter_map(|j| j.stack_id.as_deref())
+        .map(|id| async move { client.call(Method::DELETE, &format!("/stacks/{id}"), None, None).await });
+    futures::future::join_all(deletes).await;
 }
 
 /// One platform client and its participant: create, poll status as a platform does until

@@ -18,15 +18,13 @@
 
 use std::time::{Duration, Instant};
 
-use http::Method;
-use serde_json::json;
 use stack_tests::api_process::{ApiClient, ApiProcess};
-use stack_tests::bench_fixture::{BenchFixture, value_after};
+use stack_tests::bench_fixture::{BenchArgs, BenchFixture};
 use stack_tests::challenges::Challenge;
 use stack_tests::env::{TestEnv, real_nodes, unique_name};
-use stack_tests::latency::percentile;
+use stack_tests::latency::spread;
 use stack_tests::node_cpu::{CpuUse, shim_cpu};
-use stack_tests::platform_journey::{Journey as Outcome, journey};
+use stack_tests::platform_journey::{Journey as Outcome, delete_stacks, start_together};
 
 const API_KEY: &str = "bench-connect-key";
 /// How long a stack may take before it counts as still `creating` past its start deadline
@@ -48,21 +46,20 @@ struct Options {
 
 impl Options {
     fn parse() -> Self {
-        let args: Vec<String> = std::env::args().collect();
-        let value = |flag: &str| value_after(&args, flag);
+        let args = BenchArgs::from_env();
         Self {
-            bursts: value("--bursts")
-                .unwrap_or_else(|| "1,25,50,75".into())
-                .split(',')
-                .filter_map(|n| n.trim().parse().ok())
+            bursts: args
+                .list("--bursts", "1,25,50,75")
+                .iter()
+                .filter_map(|n| n.parse().ok())
                 .collect(),
-            sequential: value("--sequential").and_then(|n| n.parse().ok()).unwrap_or(10),
-            exposure: value("--exposure").unwrap_or_else(|| "hostport".into()),
-            cpu: value("--cpu").unwrap_or_else(|| "50m".into()),
-            poll: Duration::from_millis(value("--poll-ms").and_then(|n| n.parse().ok()).unwrap_or(100)),
-            rounds: value("--rounds").and_then(|n| n.parse().ok()).unwrap_or(1),
-            proxy_sync: value("--proxy-sync").unwrap_or_else(|| "1s".into()),
-            isolation_check: value("--isolation-check").is_none_or(|v| v != "off"),
+            sequential: args.number("--sequential", 10),
+            exposure: args.text("--exposure", "hostport"),
+            cpu: args.text("--cpu", "50m"),
+            poll: Duration::from_millis(args.number("--poll-ms", 100)),
+            rounds: args.number("--rounds", 1),
+            proxy_sync: args.text("--proxy-sync", "1s"),
+            isolation_check: args.on("--isolation-check"),
         }
     }
 }
@@ -72,10 +69,9 @@ async fn main() {
     let options = Options::parse();
     let env = TestEnv::connect().await.expect("local environment (tests/env/up)");
     let registry = env
-        .settings
-        .registry
-        .clone()
-        .expect("STACK_ENV_REGISTRY: real nodes (tests/env/up)");
+        .registry()
+        .expect("STACK_ENV_REGISTRY: real nodes (tests/env/up)")
+        .to_owned();
     let mut fixture = BenchFixture::default();
     let result = run(&env, &options, &registry, &mut fixture).await;
     for failure in fixture.remove(&env).await {
@@ -88,11 +84,7 @@ async fn main() {
 }
 
 async fn run(env: &TestEnv, options: &Options, registry: &str, fixture: &mut BenchFixture) -> Result<(), String> {
-    let table = fixture
-        .table
-        .insert(env.fresh_table("connect").await.map_err(|e| e.to_string())?)
-        .name()
-        .to_owned();
+    let table = fixture.fresh_table(env, "connect").await.map_err(|e| e.to_string())?;
     let namespace = fixture.namespace.insert(unique_name("connect")).clone();
     let most = options.bursts.iter().copied().max().unwrap_or(1);
     // One Lambda sandbox per create in AWS: as many create slots as creates at once.
@@ -132,7 +124,7 @@ async fn run(env: &TestEnv, options: &Options, registry: &str, fixture: &mut Ben
     );
     // Warm-up: the API's clients and port view, and the image on every node.
     let warm = burst(&client, options, registry, env.settings.real_nodes.max(1)).await;
-    delete_all(&client, &warm).await;
+    delete_stacks(&client, &warm).await;
     wait_no_pods(env, &namespace).await;
 
     println!(
@@ -150,7 +142,7 @@ async fn run(env: &TestEnv, options: &Options, registry: &str, fixture: &mut Ben
         let cpu = CpuUse::now(&env.settings, api.pid());
         for _ in 0..options.sequential {
             let outcomes = burst(&client, options, registry, 1).await;
-            delete_all(&client, &outcomes).await;
+            delete_stacks(&client, &outcomes).await;
             sequential.extend(outcomes);
             wait_no_pods(env, &namespace).await;
         }
@@ -167,7 +159,7 @@ async fn run(env: &TestEnv, options: &Options, registry: &str, fixture: &mut Ben
             let shims = shim_cpu();
             report(&format!("{n} at once"), &outcomes);
             println!("    CPU ms per started pod: {}", cpu.per_pod(outcomes.len(), shims));
-            delete_all(&client, &outcomes).await;
+            delete_stacks(&client, &outcomes).await;
             // The next burst starts on quiet nodes, their CPU requests free again.
             wait_no_pods(env, &namespace).await;
             tokio::time::sleep(Duration::from_secs(2)).await;
@@ -179,14 +171,10 @@ async fn run(env: &TestEnv, options: &Options, registry: &str, fixture: &mut Ben
 
 /// `n` participants start at the same instant.
 async fn burst(client: &ApiClient, options: &Options, registry: &str, n: usize) -> Vec<Outcome> {
-    let target = json!([{ "container_port": 8080, "protocol": "TCP" }]);
-    let start = Instant::now();
-    let participants = (0..n).map(|_| {
-        let challenge = Challenge::local(registry, "tcp").with_cpu(&options.cpu);
-        let body = json!({ "pod_spec": challenge.manifest(), "target_port": target });
-        async move { journey(client, &body, &challenge.flag, options.poll, start, START_DEADLINE).await }
-    });
-    futures::future::join_all(participants).await
+    let challenges: Vec<Challenge> = (0..n)
+        .map(|_| Challenge::local(registry, "tcp").with_cpu(&options.cpu))
+        .collect();
+    start_together(client, &challenges, options.poll, START_DEADLINE).await
 }
 
 /// Until the namespace's pods are gone (their kubelets stopped them).
@@ -202,29 +190,11 @@ async fn wait_no_pods(env: &TestEnv, namespace: &str) {
     eprintln!("bench-connect: pods of {namespace} still there after 120 s");
 }
 
-async fn delete_all(client: &ApiClient, outcomes: &[Outcome]) {
-    let deletes = outcomes
-        .iter()
-        .filter_map(|o| o.stack_id.as_deref())
-        .map(|id| async move { client.call(Method::DELETE, &format!("/stacks/{id}"), None, None).await });
-    futures::future::join_all(deletes).await;
-}
-
 fn report(label: &str, outcomes: &[Outcome]) {
     let summary = |pick: fn(&Outcome) -> Option<Duration>| {
         let mut times: Vec<Duration> = outcomes.iter().filter_map(pick).collect();
         times.sort();
-        let s = |d: Duration| format!("{:.2}", d.as_secs_f64());
-        match times.last() {
-            Some(max) => format!(
-                "{}/{}/{}/{} s",
-                s(percentile(&times, 50)),
-                s(percentile(&times, 95)),
-                s(percentile(&times, 99)),
-                s(*max)
-            ),
-            None => "-".to_owned(),
-        }
+        spread(&times)
     };
     let refused: usize = outcomes.iter().filter(|o| o.refused_after_running > 0).count();
     let creating = outcomes.iter().filter(|o| o.creating_past_deadline).count();

@@ -21,49 +21,38 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use fantoccini::Locator;
-use futures::StreamExt;
-use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{ListParams, PostParams};
+use kube::api::ListParams;
 use stack_api::AppState;
 use stack_core::{
     MANAGED_BY_LABEL, MANAGED_BY_VALUE, Manifest, STACK_ID_LABEL, Scope, StackId, StackUsage, Stacks, Store,
-    ValidationPolicy, validate,
 };
 use stack_tests::api::{API_KEY, kube_config};
-use stack_tests::bench_fixture::BenchError;
+use stack_tests::bench_fixture::{BenchArgs, BenchError, BenchFixture, PODS_TIMEOUT, wait_all_running};
 use stack_tests::browser::{Browser, serve};
-use stack_tests::env::{SimulatedNode, TestEnv, TestNamespace, TestTable, nodes, unique_name};
-use stack_tests::manifests::{BENCH_POD, BENCH_PORT};
-use stack_tests::reconciler::{add_schedulable_node, reconciler_config, running_record, stack_service};
+use stack_tests::env::{TestEnv, unique_name};
+use stack_tests::reconciler::reconciler_config;
+use stack_tests::seeding::{Seed, Seeder, add_seed_nodes};
 
-const SEED_CONCURRENCY: usize = 48;
-const PODS_PER_NODE: usize = 1000;
-const RUNNING_TIMEOUT: Duration = Duration::from_secs(900);
 const PAGE_TIMEOUT: Duration = Duration::from_secs(120);
 /// The dashboard's page size (app.js `PAGE_LIMIT`).
 const PAGE_LIMIT: usize = 100;
 
-fn arg(flag: &str) -> Option<String> {
-    std::env::args().skip_while(|a| a != flag).nth(1)
-}
-
 #[tokio::main]
 async fn main() -> ExitCode {
-    let env = match TestEnv::connect().await {
-        Ok(env) => env,
-        Err(err) => {
-            eprintln!("bench-dashboard: {err}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let stacks: usize = arg("--stacks").and_then(|n| n.parse().ok()).unwrap_or(10_000);
-    let loads: usize = arg("--loads").and_then(|n| n.parse().ok()).unwrap_or(5);
-    let rounds: usize = arg("--rounds").and_then(|n| n.parse().ok()).unwrap_or(5);
-    let mut fixture = Fixture::default();
+    let env = TestEnv::connect().await.expect("local environment (tests/env/up)");
+    let args = BenchArgs::from_env();
+    let (stacks, loads, rounds) = (
+        args.number("--stacks", 10_000),
+        args.number("--loads", 5),
+        args.number("--rounds", 5),
+    );
+    let mut fixture = BenchFixture::default();
     let result = run(&env, stacks, loads, rounds, &mut fixture).await;
-    fixture.remove(&env).await;
+    for failure in fixture.remove(&env).await {
+        eprintln!("bench-dashboard: cleanup: {failure}");
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
@@ -73,90 +62,27 @@ async fn main() -> ExitCode {
     }
 }
 
-#[derive(Default)]
-struct Fixture {
-    table: Option<TestTable>,
-    namespace: Option<TestNamespace>,
-    nodes: Vec<String>,
-}
-
-impl Fixture {
-    async fn remove(&mut self, env: &TestEnv) {
-        if let Some(namespace) = self.namespace.take() {
-            let pods: Api<Pod> = namespace.api();
-            if let Err(err) = namespace.delete().await {
-                eprintln!("cleanup of the namespace failed: {err}");
-            }
-            // kwok finishes the pods' deletion only while their nodes exist.
-            let deadline = Instant::now() + RUNNING_TIMEOUT;
-            while Instant::now() < deadline
-                && pods
-                    .list(&ListParams::default().limit(1))
-                    .await
-                    .is_ok_and(|l| !l.items.is_empty())
-            {
-                tokio::time::sleep(Duration::from_secs(2)).await;
-            }
-        }
-        if let Some(table) = self.table.take()
-            && let Err(err) = table.delete().await
-        {
-            eprintln!("cleanup of the table failed: {err}");
-        }
-        for node in self.nodes.drain(..) {
-            if let Err(err) = nodes::delete_node(&env.kube, &node).await {
-                eprintln!("cleanup of node {node} failed: {err}");
-            }
-        }
-    }
-}
-
 async fn run(
     env: &TestEnv,
     stacks: usize,
     loads: usize,
     rounds: usize,
-    fixture: &mut Fixture,
+    fixture: &mut BenchFixture,
 ) -> Result<(), BenchError> {
-    let table = fixture.table.insert(env.fresh_table("dash").await?);
-    let table_name = table.name().to_owned();
-    let namespace = fixture.namespace.insert(env.fresh_namespace("dash").await?);
-    let namespace_name = namespace.name().to_owned();
+    let table_name = fixture.fresh_table(env, "dash").await?;
+    let namespace_name = fixture.fresh_namespace(env, "dash").await?;
     let role = unique_name("dash");
-    let mut targets = Vec::new();
-    for i in 0..stacks.div_ceil(PODS_PER_NODE) {
-        let ip = format!("203.0.113.{}", 100 + i % 100);
-        let node = SimulatedNode::new(&format!("{role}-{i}"))
-            .role(&role)
-            .external_ip(&ip)
-            .allocatable("64", "256Gi", &PODS_PER_NODE.to_string());
-        fixture.nodes.push(node.name.clone());
-        add_schedulable_node(env, &node).await?;
-        targets.push((node.name, ip));
-    }
+    let targets = add_seed_nodes(env, fixture, &role, stacks).await?;
     let config = reconciler_config(
         &namespace_name,
         &table_name,
         &[("STACK_NODE_ROLE", &role), ("API_KEY", API_KEY)],
     );
-    let seeder = Seeder {
-        policy: config.validation.clone(),
-        pods: Api::namespaced(env.kube.clone(), &namespace_name),
-        services: Api::namespaced(env.kube.clone(), &namespace_name),
-        store: Store::new(env.dynamodb.clone(), &table_name, true),
-        namespace: namespace_name.clone(),
-        nodes: targets,
-    };
+    let seeder = Seeder::new(env, &config, targets);
     let started = Instant::now();
-    let seeded: Vec<Result<(), BenchError>> = futures::stream::iter(0..stacks)
-        .map(|i| seeder.seed(i))
-        .buffer_unordered(SEED_CONCURRENCY)
-        .collect()
-        .await;
-    seeded.into_iter().collect::<Result<Vec<()>, _>>()?;
+    seeder.seed_all(&vec![Seed::Healthy; stacks]).await?;
     println!("seeded {stacks} stacks in {:.1}s", started.elapsed().as_secs_f64());
-    wait_all_running(&seeder.pods, stacks).await?;
-
+    wait_all_running(seeder.pods(), stacks, PODS_TIMEOUT).await?;
     let kube = kube::Client::try_from(kube_config(env).await)?;
     let state = AppState::with_clients(config, Store::new(env.dynamodb.clone(), &table_name, true), kube);
     if rounds > 0 {
@@ -165,22 +91,12 @@ async fn run(
     let base = serve(stack_api::router(state)).await?;
     let browser = Browser::start(1366, 900).await?;
     let client = &browser.client;
-    let opened = Instant::now();
-    client.goto(&format!("{base}/dashboard")).await?;
-    client
-        .wait()
-        .at_most(PAGE_TIMEOUT)
-        .for_element(Locator::Id("key-form"))
-        .await?;
-    println!("page shown (no key yet): {} ms", opened.elapsed().as_millis());
+    let shown = open_dashboard(client, &base, Locator::Id("key-form")).await?;
+    println!("page shown (no key yet): {} ms", shown.as_millis());
     client.find(Locator::Id("key")).await?.send_keys(API_KEY).await?;
     let submitted = Instant::now();
     client.find(Locator::Id("key-submit")).await?.click().await?;
-    client
-        .wait()
-        .at_most(PAGE_TIMEOUT)
-        .for_element(Locator::Css("body[data-loaded]"))
-        .await?;
+    wait_for(client, Locator::Css("body[data-loaded]")).await?;
     let first = submitted.elapsed();
     let page_ms = client.execute("return document.body.dataset.loadMs", vec![]).await?;
     let rows = client.find_all(Locator::Css("#rows .row")).await?.len();
@@ -256,14 +172,7 @@ async fn run(
     // Whole loads of the page, the key already in the tab's session: navigation to table.
     let mut samples = Vec::new();
     for _ in 0..loads {
-        let opened = Instant::now();
-        client.goto(&format!("{base}/dashboard")).await?;
-        client
-            .wait()
-            .at_most(PAGE_TIMEOUT)
-            .for_element(Locator::Css("body[data-loaded]"))
-            .await?;
-        samples.push(opened.elapsed());
+        samples.push(open_dashboard(client, &base, Locator::Css("body[data-loaded]")).await?);
     }
     if !samples.is_empty() {
         let ms: Vec<u128> = samples.iter().map(Duration::as_millis).collect();
@@ -393,19 +302,10 @@ async fn answer_bytes(router: &axum::Router, path: &str) -> Result<usize, BenchE
     let request = http::Request::get(path)
         .header("X-API-KEY", API_KEY)
         .body(axum::body::Body::empty())
-        .map_err(|e| BenchError::Query(e.to_string()))?;
-    let response = router
-        .clone()
-        .oneshot(request)
-        .await
-        .map_err(|e| BenchError::Query(e.to_string()))?;
+        .map_err(query_error)?;
+    let Ok(response) = router.clone().oneshot(request).await;
     let status = response.status();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| BenchError::Query(e.to_string()))?
-        .to_bytes();
+    let body = response.into_body().collect().await.map_err(query_error)?.to_bytes();
     if status != http::StatusCode::OK {
         return Err(BenchError::Query(format!("GET {path}: {status}")));
     }
@@ -434,9 +334,9 @@ async fn one_query(store: &Store, index: Option<&str>) -> Result<usize, BenchErr
                 .projection_expression("#s, node_id, ports, requested_cpu_milli, requested_memory_bytes")
                 .expression_attribute_names("#s", "status"),
         };
-        let out = query.send().await.map_err(|e| BenchError::Query(e.to_string()))?;
+        let out = query.send().await.map_err(query_error)?;
         for item in out.items.unwrap_or_default() {
-            let _: StackUsage = serde_dynamo::from_item(item).map_err(|e| BenchError::Query(e.to_string()))?;
+            let _: StackUsage = serde_dynamo::from_item(item).map_err(query_error)?;
             n += 1;
         }
         start = out.last_evaluated_key;
@@ -444,6 +344,10 @@ async fn one_query(store: &Store, index: Option<&str>) -> Result<usize, BenchErr
             return Ok(n);
         }
     }
+}
+
+fn query_error(error: impl std::fmt::Display) -> BenchError {
+    BenchError::Query(error.to_string())
 }
 
 async fn loaded_at(client: &fantoccini::Client) -> Result<String, BenchError> {
@@ -456,67 +360,19 @@ async fn loaded_at(client: &fantoccini::Client) -> Result<String, BenchError> {
 }
 
 async fn wait_loaded_after(client: &fantoccini::Client, loaded: &str) -> Result<(), BenchError> {
-    client
-        .wait()
-        .at_most(PAGE_TIMEOUT)
-        .for_element(Locator::XPath(&format!("//body[@data-loaded != '{loaded}']")))
-        .await?;
+    wait_for(client, Locator::XPath(&format!("//body[@data-loaded != '{loaded}']"))).await
+}
+
+/// Opens the dashboard and waits until `shown` is on the page; how long that took.
+async fn open_dashboard(client: &fantoccini::Client, base: &str, shown: Locator<'_>) -> Result<Duration, BenchError> {
+    let opened = Instant::now();
+    client.goto(&format!("{base}/dashboard")).await?;
+    wait_for(client, shown).await?;
+    Ok(opened.elapsed())
+}
+
+/// Waits, at most [`PAGE_TIMEOUT`], until `element` is on the page.
+async fn wait_for(client: &fantoccini::Client, element: Locator<'_>) -> Result<(), BenchError> {
+    client.wait().at_most(PAGE_TIMEOUT).for_element(element).await?;
     Ok(())
-}
-
-struct Seeder {
-    policy: ValidationPolicy,
-    pods: Api<Pod>,
-    services: Api<Service>,
-    store: Store,
-    namespace: String,
-    nodes: Vec<(String, String)>,
-}
-
-impl Seeder {
-    async fn seed(&self, i: usize) -> Result<(), BenchError> {
-        let id = StackId::generate();
-        let (node, ip) = &self.nodes[i % self.nodes.len()];
-        let create = PostParams::default();
-        let mut hardened = validate(BENCH_POD, &[BENCH_PORT], &id, &self.policy)?;
-        if let Some(spec) = hardened.pod.spec.as_mut() {
-            spec.node_name = Some(node.clone());
-        }
-        let owner = self.pods.create(&create, &hardened.pod).await?;
-        self.services.create(&create, &stack_service(&id, Some(&owner))).await?;
-        let ttl = Timestamp::now() + SignedDuration::from_hours(2);
-        let mut record = running_record(&id, &self.namespace, node, Some(ip), ttl);
-        record.pod_spec = hardened.yaml;
-        self.store.put_new_stack(&record).await?;
-        Ok(())
-    }
-}
-
-async fn wait_all_running(pods: &Api<Pod>, wanted: usize) -> Result<(), BenchError> {
-    let deadline = Instant::now() + RUNNING_TIMEOUT;
-    loop {
-        let mut params = ListParams::default()
-            .labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"))
-            .limit(1000);
-        let mut running = 0;
-        loop {
-            let page = pods.list(&params).await?;
-            running += page
-                .items
-                .iter()
-                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-                .count();
-            match page.metadata.continue_ {
-                Some(token) if !token.is_empty() => params = params.continue_token(&token),
-                _ => break,
-            }
-        }
-        if running >= wanted {
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
-            return Err(BenchError::Timeout(format!("{running} of {wanted} pods Running")));
-        }
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
 }

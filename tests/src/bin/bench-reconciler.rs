@@ -19,34 +19,12 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::{Pod, Service};
-use kube::Api;
-use kube::api::PostParams;
-use stack_core::{StackId, Store, ValidationPolicy, validate};
-use stack_tests::bench_fixture::{BenchError, BenchFixture, PODS_TIMEOUT, wait_all_running};
-use stack_tests::env::{SimulatedNode, TestEnv, unique_name};
-use stack_tests::manifests::{BENCH_POD, BENCH_PORT};
+use stack_tests::bench_fixture::{BenchError, BenchFixture, PODS_TIMEOUT, value_after, wait_all_running};
+use stack_tests::env::{TestEnv, unique_name};
 use stack_tests::pass_process::{PassRequest, run_pass_here, spawn_pass};
 use stack_tests::proc_status::{kib_text, peak_rss_kib};
-use stack_tests::reconciler::{reconciler_config, running_record, stack_service};
-
-/// Objects created at once while seeding.
-const SEED_CONCURRENCY: usize = 48;
-/// Pods per simulated node (the kubelet default is 110; kwok nodes here take 1000).
-const PODS_PER_NODE: usize = 1000;
-
-/// What one seeded stack is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Seed {
-    Healthy,
-    Expired,
-    /// Record and service, pod gone.
-    Drift,
-    /// Pod and service, no record.
-    Orphan,
-}
+use stack_tests::reconciler::reconciler_config;
+use stack_tests::seeding::{Seed, Seeder, add_seed_nodes};
 
 fn mix(stacks: usize) -> Vec<Seed> {
     // Orphans first: by the time the pass runs they are older than the grace period.
@@ -59,20 +37,9 @@ fn mix(stacks: usize) -> Vec<Seed> {
     orphans.chain(records).collect()
 }
 
-/// The value following `flag` on the command line.
-fn arg(flag: &str) -> Option<String> {
-    std::env::args().skip_while(|a| a != flag).nth(1)
-}
-
 #[tokio::main]
 async fn main() -> ExitCode {
-    let env = match TestEnv::connect().await {
-        Ok(env) => env,
-        Err(err) => {
-            eprintln!("bench-reconciler: {err}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let env = TestEnv::connect().await.expect("local environment (tests/env/up)");
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let Some(request) = PassRequest::from_args(&args) {
         let report = match request {
@@ -90,7 +57,9 @@ async fn main() -> ExitCode {
             }
         };
     }
-    let stacks: usize = arg("--stacks").and_then(|n| n.parse().ok()).unwrap_or(1000);
+    let stacks: usize = value_after(&args, "--stacks")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1000);
     let mut fixture = BenchFixture::default();
     let result = run(&env, stacks, &mut fixture).await;
     let cleanup = Instant::now();
@@ -114,22 +83,11 @@ async fn run(env: &TestEnv, stacks: usize, fixture: &mut BenchFixture) -> Result
     let idle = std::env::args().any(|a| a == "--idle");
     let seeds = if idle { vec![Seed::Healthy; stacks] } else { mix(stacks) };
     let pods_needed = seeds.iter().filter(|s| **s != Seed::Drift).count();
-    let table = fixture.table.insert(env.fresh_table("bench").await?);
-    let table_name = table.name().to_owned();
-    let namespace = env.fresh_namespace("bench").await?;
-    let namespace_name = fixture.namespace.insert(namespace.name().to_owned()).clone();
+    let table_name = fixture.fresh_table(env, "bench").await?;
+    let namespace_name = fixture.fresh_namespace(env, "bench").await?;
     // A role of its own keeps the API's scheduler-placed pods (role=stack) off these nodes.
     let role = unique_name("bench");
-    let mut targets = Vec::new();
-    for i in 0..pods_needed.div_ceil(PODS_PER_NODE) {
-        let ip = format!("203.0.113.{}", 100 + i % 100);
-        let node = SimulatedNode::new(&format!("{role}-{i}"))
-            .role(&role)
-            .external_ip(&ip)
-            .allocatable("64", "256Gi", &PODS_PER_NODE.to_string());
-        fixture.add_node(env, &node).await?;
-        targets.push((node.name, ip));
-    }
+    let targets = add_seed_nodes(env, fixture, &role, pods_needed).await?;
 
     let mix_text = if idle { "all healthy" } else { "10% expired, 2% drift" };
     println!(
@@ -138,21 +96,9 @@ async fn run(env: &TestEnv, stacks: usize, fixture: &mut BenchFixture) -> Result
         targets.len()
     );
     let api_config = reconciler_config(&namespace_name, &table_name, &[("STACK_NODE_ROLE", &role)]);
-    let seeder = Seeder {
-        policy: api_config.validation.clone(),
-        pods: Api::namespaced(env.kube.clone(), &namespace_name),
-        services: Api::namespaced(env.kube.clone(), &namespace_name),
-        store: Store::new(env.dynamodb.clone(), &table_name, true),
-        namespace: namespace_name.clone(),
-        nodes: targets,
-    };
+    let seeder = Seeder::new(env, &api_config, targets);
     let started = Instant::now();
-    let seeded: Vec<Result<(), BenchError>> = futures::stream::iter(seeds.iter().enumerate())
-        .map(|(i, seed)| seeder.seed(i, *seed))
-        .buffer_unordered(SEED_CONCURRENCY)
-        .collect()
-        .await;
-    seeded.into_iter().collect::<Result<Vec<()>, _>>()?;
+    seeder.seed_all(&seeds).await?;
     let seeding = started.elapsed();
     println!(
         "seeding: {:.1}s ({:.0} stacks/s: {} records, {pods_needed} pods, {} services)",
@@ -162,7 +108,7 @@ async fn run(env: &TestEnv, stacks: usize, fixture: &mut BenchFixture) -> Result
         seeds.len()
     );
     let started = Instant::now();
-    wait_all_running(&seeder.pods, pods_needed, PODS_TIMEOUT).await?;
+    wait_all_running(seeder.pods(), pods_needed, PODS_TIMEOUT).await?;
     println!(
         "all {pods_needed} pods Running after another {:.1}s",
         secs(started.elapsed())
@@ -186,44 +132,6 @@ async fn run(env: &TestEnv, stacks: usize, fixture: &mut BenchFixture) -> Result
     spawn_pass(&pass("pass 1 (work to do)").expect(expected.expired, expected.drift, expected.orphans))?;
     spawn_pass(&pass("pass 2 (nothing to do)").expect(0, 0, 0))?;
     Ok(())
-}
-
-struct Seeder {
-    policy: ValidationPolicy,
-    pods: Api<Pod>,
-    services: Api<Service>,
-    store: Store,
-    namespace: String,
-    nodes: Vec<(String, String)>,
-}
-
-impl Seeder {
-    async fn seed(&self, i: usize, seed: Seed) -> Result<(), BenchError> {
-        let id = StackId::generate();
-        let (node, ip) = &self.nodes[i % self.nodes.len()];
-        let create = PostParams::default();
-        // The pod and pod_spec the API would make, bound to a node without the scheduler.
-        let mut hardened = validate(BENCH_POD, &[BENCH_PORT], &id, &self.policy)?;
-        if let Some(spec) = hardened.pod.spec.as_mut() {
-            spec.node_name = Some(node.clone());
-        }
-        let owner = match seed {
-            Seed::Drift => None,
-            _ => Some(self.pods.create(&create, &hardened.pod).await?),
-        };
-        self.services
-            .create(&create, &stack_service(&id, owner.as_ref()))
-            .await?;
-        let ttl = match seed {
-            Seed::Orphan => return Ok(()),
-            Seed::Expired => Timestamp::now() - SignedDuration::from_mins(1),
-            Seed::Healthy | Seed::Drift => Timestamp::now() + SignedDuration::from_hours(2),
-        };
-        let mut record = running_record(&id, &self.namespace, node, Some(ip), ttl);
-        record.pod_spec = hardened.yaml;
-        self.store.put_new_stack(&record).await?;
-        Ok(())
-    }
 }
 
 struct ExpectedWork {

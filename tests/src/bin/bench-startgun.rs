@@ -45,12 +45,12 @@ use kube::api::{DeleteParams, ListParams};
 use serde_json::{Value, json};
 use stack_tests::api::prepull_namespace;
 use stack_tests::api_process::{ApiClient, ApiProcess};
-use stack_tests::bench_fixture::{BenchFixture, value_after};
+use stack_tests::bench_fixture::{BenchArgs, BenchFixture};
 use stack_tests::challenges::Challenge;
 use stack_tests::env::{TestEnv, real_nodes, unique_name};
-use stack_tests::latency::percentile;
+use stack_tests::latency::{percentile, spread};
 use stack_tests::node_cpu::{CpuUse, shim_cpu};
-use stack_tests::platform_journey::{Journey as Outcome, journey};
+use stack_tests::platform_journey::{Journey as Outcome, delete_stacks, start_together};
 use stack_tests::reconciler::TestReconciler;
 use stack_tests::throttled_registry::{Throttle, ThrottledRegistry};
 
@@ -81,32 +81,22 @@ struct Options {
 
 impl Options {
     fn parse() -> Self {
-        let args: Vec<String> = std::env::args().collect();
-        let value = |flag: &str| value_after(&args, flag);
-        let number = |flag: &str, default: u64| value(flag).and_then(|n| n.parse().ok()).unwrap_or(default);
+        let args = BenchArgs::from_env();
         let rate = |mb: u64| (mb > 0).then_some(mb * 1_000_000);
-        let list = |flag: &str, default: &str| -> Vec<String> {
-            value(flag)
-                .unwrap_or_else(|| default.to_owned())
-                .split(',')
-                .map(|s| s.trim().to_owned())
-                .filter(|s| !s.is_empty())
-                .collect()
-        };
         Self {
-            stacks: value("--stacks").and_then(|n| n.parse().ok()),
-            images: list("--images", "120:2,250:3,400:4"),
-            cpu: value("--cpu").unwrap_or_else(|| "75m".into()),
+            stacks: args.parsed("--stacks"),
+            images: args.list("--images", "120:2,250:3,400:4"),
+            cpu: args.text("--cpu", "75m"),
             throttle: Throttle {
-                per_connection: rate(number("--bandwidth-mb", 20)),
-                total: rate(number("--total-bandwidth-mb", 0)),
-                latency: Duration::from_millis(number("--latency-ms", 30)),
+                per_connection: rate(args.number("--bandwidth-mb", 20)),
+                total: rate(args.number("--total-bandwidth-mb", 0)),
+                latency: Duration::from_millis(args.number("--latency-ms", 30)),
             },
-            scenarios: list("--scenarios", "cold,warm,prepulled"),
-            poll: Duration::from_millis(number("--poll-ms", 100)),
-            exposure: value("--exposure").unwrap_or_else(|| "hostport".into()),
-            isolation_check: value("--isolation-check").is_none_or(|v| v != "off"),
-            reconcile_every: Duration::from_secs(number("--reconcile-every-s", 60)),
+            scenarios: args.list("--scenarios", "cold,warm,prepulled"),
+            poll: Duration::from_millis(args.number("--poll-ms", 100)),
+            exposure: args.text("--exposure", "hostport"),
+            isolation_check: args.on("--isolation-check"),
+            reconcile_every: Duration::from_secs(args.number("--reconcile-every-s", 60)),
         }
     }
 }
@@ -144,10 +134,9 @@ async fn main() {
 
 async fn run(env: &TestEnv, options: &Options, fixture: &mut BenchFixture) -> Result<(), String> {
     let registry = env
-        .settings
-        .registry
-        .clone()
-        .ok_or("STACK_ENV_REGISTRY: real nodes (tests/env/up)")?;
+        .registry()
+        .ok_or("STACK_ENV_REGISTRY: real nodes (tests/env/up)")?
+        .to_owned();
     let slow =
         env.settings.slow_registry.clone().ok_or(
             "STACK_ENV_SLOW_REGISTRY is not set: an environment started before it existed (tests/env/down, up)",
@@ -169,11 +158,7 @@ async fn run(env: &TestEnv, options: &Options, fixture: &mut BenchFixture) -> Re
         .await
         .map_err(|e| format!("listening on {slow}: {e}"))?;
 
-    let table = fixture
-        .table
-        .insert(env.fresh_table("startgun").await.map_err(|e| e.to_string())?)
-        .name()
-        .to_owned();
+    let table = fixture.fresh_table(env, "startgun").await.map_err(|e| e.to_string())?;
     let namespace = fixture.namespace.insert(unique_name("startgun")).clone();
     let nodes = real_node_addresses(env).await?;
     let stacks = match options.stacks {
@@ -420,56 +405,30 @@ impl Bench<'_> {
 
     /// `n` participants start at the same instant, participant i on challenge i mod images.
     async fn burst(&self, n: usize, deadline: Duration) -> Vec<Outcome> {
-        let target = json!([{ "container_port": 8080, "protocol": "TCP" }]);
-        let start = Instant::now();
-        let participants = (0..n).map(|i| {
-            let challenge = i % self.images.len();
-            let manifest = Challenge::of_image(&self.images[challenge], 8080).with_cpu(&self.options.cpu);
-            let body = json!({ "pod_spec": manifest.manifest(), "target_port": target });
-            async move {
-                let mut outcome =
-                    journey(&self.client, &body, &manifest.flag, self.options.poll, start, deadline).await;
-                outcome.challenge = challenge;
-                outcome
-            }
-        });
-        futures::future::join_all(participants).await
+        let mut outcomes = self.burst_over(&self.images, n, deadline).await;
+        for (i, outcome) in outcomes.iter_mut().enumerate() {
+            outcome.challenge = i % self.images.len();
+        }
+        outcomes
     }
 
     /// `n` stacks of one image (the warm-up).
     async fn burst_of(&self, image: &str, n: usize) -> Vec<Outcome> {
-        let target = json!([{ "container_port": 8080, "protocol": "TCP" }]);
-        let start = Instant::now();
-        let participants = (0..n).map(|_| {
-            let manifest = Challenge::of_image(image, 8080).with_cpu(&self.options.cpu);
-            let body = json!({ "pod_spec": manifest.manifest(), "target_port": target });
-            async move {
-                journey(
-                    &self.client,
-                    &body,
-                    &manifest.flag,
-                    self.options.poll,
-                    start,
-                    START_DEADLINE,
-                )
-                .await
-            }
-        });
-        futures::future::join_all(participants).await
+        self.burst_over(&[image.to_owned()], n, START_DEADLINE).await
+    }
+
+    /// `n` participants at once, participant i on image i mod images.
+    async fn burst_over(&self, images: &[String], n: usize, deadline: Duration) -> Vec<Outcome> {
+        let challenges: Vec<Challenge> = (0..n)
+            .map(|i| Challenge::of_image(&images[i % images.len()], 8080).with_cpu(&self.options.cpu))
+            .collect();
+        start_together(&self.client, &challenges, self.options.poll, deadline).await
     }
 
     /// Deletes the stacks and waits until their pods are gone, so the next burst starts on quiet
     /// nodes with their CPU free.
     async fn end(&self, outcomes: &[Outcome]) {
-        let deletes = outcomes
-            .iter()
-            .filter_map(|o| o.stack_id.as_deref())
-            .map(|id| async move {
-                self.client
-                    .call(Method::DELETE, &format!("/stacks/{id}"), None, None)
-                    .await
-            });
-        futures::future::join_all(deletes).await;
+        delete_stacks(&self.client, outcomes).await;
         let pods: Api<Pod> = Api::namespaced(self.env.kube.clone(), &self.namespace);
         let until = Instant::now() + Duration::from_secs(300);
         loop {
@@ -867,19 +826,6 @@ fn report(label: &str, outcomes: &[Outcome], pulled: usize) -> Option<Duration> 
         times.sort();
         times
     };
-    let summary = |times: &[Duration]| {
-        let s = |d: Duration| format!("{:.2}", d.as_secs_f64());
-        match times.last() {
-            Some(max) => format!(
-                "{}/{}/{}/{} s",
-                s(percentile(times, 50)),
-                s(percentile(times, 95)),
-                s(percentile(times, 99)),
-                s(*max)
-            ),
-            None => "-".to_owned(),
-        }
-    };
     let running = sorted(|o| o.running);
     let connected = sorted(|o| o.connected);
     let refused = outcomes.iter().filter(|o| o.refused_after_running > 0).count();
@@ -888,8 +834,8 @@ fn report(label: &str, outcomes: &[Outcome], pulled: usize) -> Option<Duration> 
     println!(
         "{label:<10} {:>4}  {:<30} {:<30} {refused:>7} {creating:>8} {:>6} {pulled:>7}",
         outcomes.len(),
-        summary(&running),
-        summary(&connected),
+        spread(&running),
+        spread(&connected),
         failed.len()
     );
     for failure in failed.iter().take(3) {

@@ -59,6 +59,11 @@ impl TestEnv {
         })
     }
 
+    /// The registry the real nodes pull from (`STACK_ENV_REGISTRY`: `up` with real nodes).
+    pub fn registry(&self) -> Option<&str> {
+        self.settings.registry.as_deref()
+    }
+
     /// A new table with the `StackTable` schema of `template.yaml`.
     pub async fn fresh_table(&self, prefix: &str) -> Result<TestTable, EnvError> {
         TestTable::create(&self.dynamodb, prefix).await

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeSpec, NodeStatus};
+use k8s_openapi::api::core::v1::{Container, Node, NodeAddress, NodeSpec, NodeStatus, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -240,24 +240,8 @@ pub async fn delete_node(client: &Client, name: &str) -> Result<(), EnvError> {
 /// Waits until a pod selecting `role` nodes is actually placed: a Ready node can still carry
 /// the not-ready taint for a moment, and `up` must not return before stacks can be scheduled.
 pub async fn wait_schedulable(client: &Client, role: &str) -> Result<(), EnvError> {
-    use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
-    let name = format!("schedulable-probe-{role}");
-    let probe = Pod {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PodSpec {
-            containers: vec![Container {
-                name: "probe".into(),
-                image: Some("probe".into()),
-                ..Container::default()
-            }],
-            node_selector: Some(BTreeMap::from([(ROLE_LABEL.to_owned(), role.to_owned())])),
-            ..PodSpec::default()
-        }),
-        ..Pod::default()
-    };
+    let mut probe = probe_pod(&format!("schedulable-probe-{role}"), "probe");
+    probe.spec.get_or_insert_default().node_selector = Some(BTreeMap::from([(ROLE_LABEL.to_owned(), role.to_owned())]));
     // Right after `up` starts the controller manager, `default` may still lack its account.
     wait_default_service_account(client, "default").await?;
     let scheduled = |pod: Option<&Pod>| {
@@ -265,6 +249,25 @@ pub async fn wait_schedulable(client: &Client, role: &str) -> Result<(), EnvErro
             .is_some_and(|spec| spec.node_name.is_some())
     };
     run_probe_pod(client, &probe, &format!("a {role} pod to be scheduled"), scheduled).await
+}
+
+/// A pod `name` of one container `probe` running `image`, to which a probe adds what it checks.
+pub fn probe_pod(name: &str, image: &str) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "probe".to_owned(),
+                image: Some(image.to_owned()),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        }),
+        ..Pod::default()
+    }
 }
 
 /// Creates `probe` in `default` (or takes the one already there), waits until `condition` holds

@@ -15,6 +15,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use stack_core::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
+use super::nodes::probe_pod;
 use super::{EnvError, TestNamespace};
 
 /// The stack namespace the manifest names, on the lines carrying [`NAMESPACE_MARKER`].
@@ -193,21 +194,7 @@ async fn wait_policies_active(client: &Client) -> Result<(), EnvError> {
     if let Some(spec) = host_network.spec.as_mut() {
         spec.host_network = Some(true);
     }
-    let bare = Pod {
-        metadata: ObjectMeta {
-            name: Some("policy-probe".to_owned()),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PodSpec {
-            containers: vec![Container {
-                name: "probe".to_owned(),
-                image: Some("probe".to_owned()),
-                ..Container::default()
-            }],
-            ..PodSpec::default()
-        }),
-        ..Pod::default()
-    };
+    let bare = probe_pod("policy-probe", "probe");
     let pods: Api<Pod> = namespace.api();
     let mut outcome = Ok(());
     for (policy, probe, what) in [

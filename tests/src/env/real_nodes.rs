@@ -9,14 +9,14 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, ContainerPort, Node, Pod, PodSpec, ResourceRequirements};
+use k8s_openapi::api::core::v1::{ContainerPort, Node, Pod, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube::api::{ObjectMeta, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use super::EnvError;
-use super::nodes::{ROLE_LABEL, run_probe_pod, wait_node_ready};
+use super::nodes::{ROLE_LABEL, probe_pod, run_probe_pod, wait_node_ready};
 use super::wait::wait_for;
 
 /// The role of the real nodes, the provisioner's default `STACK_NODE_ROLE`.
@@ -152,40 +152,27 @@ async fn initialize(client: &Client, name: &str) -> Result<Node, EnvError> {
 
 /// A pod of the TCP challenge on `node`, waited until Ready, then deleted.
 async fn run_probe(client: &Client, node: &str, registry: &str) -> Result<(), EnvError> {
-    let name = format!("probe-{node}");
     let limits = BTreeMap::from([
         ("cpu".to_owned(), Quantity("50m".to_owned())),
         ("memory".to_owned(), Quantity("32Mi".to_owned())),
     ]);
-    let probe = Pod {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PodSpec {
-            containers: vec![Container {
-                name: "tcp".into(),
-                image: Some(image(registry, "tcp")),
-                ports: Some(vec![ContainerPort {
-                    container_port: 8080,
-                    ..ContainerPort::default()
-                }]),
-                resources: Some(ResourceRequirements {
-                    limits: Some(limits),
-                    ..ResourceRequirements::default()
-                }),
-                ..Container::default()
-            }],
-            node_selector: Some(BTreeMap::from([
-                ("kubernetes.io/hostname".to_owned(), node.to_owned()),
-                (ROLE_LABEL.to_owned(), STACK_ROLE.to_owned()),
-            ])),
-            automount_service_account_token: Some(false),
-            termination_grace_period_seconds: Some(0),
-            ..PodSpec::default()
-        }),
-        ..Pod::default()
-    };
+    let mut probe = probe_pod(&format!("probe-{node}"), &image(registry, "tcp"));
+    let spec = probe.spec.get_or_insert_default();
+    spec.node_selector = Some(BTreeMap::from([
+        ("kubernetes.io/hostname".to_owned(), node.to_owned()),
+        (ROLE_LABEL.to_owned(), STACK_ROLE.to_owned()),
+    ]));
+    spec.automount_service_account_token = Some(false);
+    spec.termination_grace_period_seconds = Some(0);
+    let container = &mut spec.containers[0];
+    container.ports = Some(vec![ContainerPort {
+        container_port: 8080,
+        ..ContainerPort::default()
+    }]);
+    container.resources = Some(ResourceRequirements {
+        limits: Some(limits),
+        ..ResourceRequirements::default()
+    });
     run_probe_pod(client, &probe, &format!("a pod to run on {node}"), is_pod_ready).await
 }
 

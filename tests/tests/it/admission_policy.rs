@@ -324,6 +324,9 @@ async fn refuses_each_setting_the_provisioner_forces() {
     let net_raw = "every container's securityContext.capabilities.drop must name NET_RAW or ALL";
     let projected = "projected volumes may only project configMap, secret and downwardAPI sources";
     let localhost = json!({"type": "Localhost", "localhostProfile": "profiles/audit.json"});
+    // The stack pod with one init container, or one volume, of a case's.
+    let init = |container: Value| with(pod.clone(), "/spec/initContainers", json!([container]));
+    let volume = |volume: Value| with(pod.clone(), "/spec/volumes", json!([volume]));
     let cases = [
         ("no-labels", without(pod.clone(), "/metadata/labels"), label),
         (
@@ -398,14 +401,10 @@ async fn refuses_each_setting_the_provisioner_forces() {
         ),
         (
             "init-escalation",
-            with(
-                pod.clone(),
-                "/spec/initContainers",
-                json!([without(
-                    hardened_init.clone(),
-                    "/securityContext/allowPrivilegeEscalation"
-                )]),
-            ),
+            init(without(
+                hardened_init.clone(),
+                "/securityContext/allowPrivilegeEscalation",
+            )),
             escalation,
         ),
         (
@@ -415,47 +414,27 @@ async fn refuses_each_setting_the_provisioner_forces() {
         ),
         (
             "init-net-raw-kept",
-            with(
-                pod.clone(),
-                "/spec/initContainers",
-                json!([without(hardened_init, "/securityContext/capabilities")]),
-            ),
+            init(without(hardened_init, "/securityContext/capabilities")),
             net_raw,
         ),
         (
             "claim",
-            with(
-                pod.clone(),
-                "/spec/volumes",
-                json!([{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]),
-            ),
+            volume(json!({"name": "data", "persistentVolumeClaim": {"claimName": "data"}})),
             VOLUME_TYPES,
         ),
         (
             "csi",
-            with(
-                pod.clone(),
-                "/spec/volumes",
-                json!([{"name": "data", "csi": {"driver": "csi.example.com"}}]),
-            ),
+            volume(json!({"name": "data", "csi": {"driver": "csi.example.com"}})),
             VOLUME_TYPES,
         ),
         (
             "huge-pages",
-            with(
-                pod.clone(),
-                "/spec/volumes",
-                json!([{"name": "data", "emptyDir": {"medium": "HugePages"}}]),
-            ),
+            volume(json!({"name": "data", "emptyDir": {"medium": "HugePages"}})),
             "an emptyDir's medium must be Memory or unset",
         ),
         (
             "projected-token",
-            with(
-                pod.clone(),
-                "/spec/volumes",
-                json!([{"name": "api", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}]),
-            ),
+            volume(json!({"name": "api", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}})),
             projected,
         ),
     ];

@@ -23,7 +23,7 @@ use stack_tests::api::{API_KEY, ApiHarness};
 use stack_tests::challenges::Challenge;
 use stack_tests::env::{cluster_dns, real_nodes, unique_name};
 use stack_tests::participant::{address_of, read_all, read_all_within};
-use stack_tests::tenants::{self, ALL_OPERATOR, CTF_PLATFORM, WARGAME_PLATFORM};
+use stack_tests::tenants::{ALL_OPERATOR, CTF_PLATFORM, WARGAME_PLATFORM};
 use tokio::net::TcpListener;
 
 const START_BOUND: Duration = Duration::from_secs(60);
@@ -91,13 +91,7 @@ async fn pod_ip(pods: &Api<Pod>, name: &str) -> String {
     loop {
         let pod = pods.get(name).await.expect("pod");
         let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone());
-        let ready = pod
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True");
-        if let (Some(ip), true) = (ip, ready) {
+        if let (Some(ip), true) = (ip, real_nodes::is_pod_ready(Some(&pod))) {
             return ip;
         }
         assert!(started.elapsed() < START_BOUND, "{name} not ready");
@@ -161,14 +155,12 @@ async fn control_pod(api: &ApiHarness, targets: &str, lookups: &str) -> (Api<Pod
 
 #[tokio::test]
 async fn a_stack_reaches_dns_and_the_internet_and_nothing_private_and_no_stack_reaches_it() {
-    let tenants = tenants::settings(&[]);
-    let mut vars = vec![
+    let api = ApiHarness::on_real_nodes_with_tenants(&[
         ("STACK_EXPOSURE", "hostport"),
         ("STACK_NODEPORT_MIN", "32720"),
         ("STACK_NODEPORT_MAX", "32723"),
-    ];
-    vars.extend(tenants.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    let api = ApiHarness::on_real_nodes(&vars).await;
+    ])
+    .await;
     let create_as = |key: &'static str, manifest: String| {
         let api = &api;
         async move {

@@ -6,7 +6,7 @@ use http::Method;
 use serde_json::{Value, json};
 use stack_tests::api::{ApiHarness, Reply, WEB_POD};
 use stack_tests::challenges::Challenge;
-use stack_tests::tenants::{self, ALL_OPERATOR, CTF_OPERATOR, CTF_PLATFORM, TestKey};
+use stack_tests::tenants::{ALL_OPERATOR, CTF_OPERATOR, CTF_PLATFORM, TestKey};
 
 /// A stack that needs 100 GiB: two fit on a simulated node (256 GiB each), whatever small
 /// stacks other tests put there.
@@ -25,13 +25,6 @@ spec:
           cpu: 100m
           memory: 100Gi
 "#;
-
-async fn harness(limits: &[(&str, u32)], extra: &[(&str, &str)]) -> ApiHarness {
-    let settings = tenants::settings(limits);
-    let mut vars: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    vars.extend_from_slice(extra);
-    ApiHarness::with_env(&vars).await
-}
 
 async fn preflight(api: &ApiHarness, key: &TestKey, body: Value) -> Reply {
     let reply = api.call_as(key.key, Method::POST, "/preflight", Some(body)).await;
@@ -64,7 +57,7 @@ fn check<'a>(reply: &'a Reply, limit: &str) -> &'a Value {
 
 #[tokio::test]
 async fn each_limit_set_too_low_is_no_go_with_what_is_missing() {
-    let api = harness(
+    let api = ApiHarness::with_tenants(
         &[("ctf", 3)],
         &[
             ("STACK_NODEPORT_MIN", "32740"),
@@ -123,7 +116,7 @@ async fn each_limit_set_too_low_is_no_go_with_what_is_missing() {
 
 #[tokio::test]
 async fn a_burst_twice_the_room_is_refused_by_as_many_creates_as_predicted() {
-    let api = harness(&[("ctf", 3)], &[("STACK_CREATE_CONCURRENCY", "32")]).await;
+    let api = ApiHarness::with_tenants(&[("ctf", 3)], &[("STACK_CREATE_CONCURRENCY", "32")]).await;
     // The nodes' memory: room for 4 of the big stacks (2 per simulated node).
     let predicted = preflight_of(&api, &ALL_OPERATOR, 8, BIG_POD, 80).await;
     let placement = check(&predicted, "placement");
@@ -157,9 +150,7 @@ async fn a_burst_twice_the_room_is_refused_by_as_many_creates_as_predicted() {
 
 #[tokio::test]
 async fn the_real_nodes_holding_the_challenge_image_say_go() {
-    let settings = tenants::settings(&[]);
-    let vars: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let api = ApiHarness::on_real_nodes(&vars).await;
+    let api = ApiHarness::on_real_nodes_with_tenants(&[]).await;
     // `up` ran the TCP challenge on every real node: its image (also the isolation check's) is there.
     let challenge = Challenge::local(api.registry(), "tcp");
     let body = json!({

@@ -256,9 +256,7 @@ async fn a_manifest_tolerating_the_startup_taint_is_a_bad_spec() {
 /// them all; the nodes get every list; a platform key may not declare, a viewer may not either.
 #[tokio::test]
 async fn a_tenants_images_are_its_own_to_declare_and_to_see() {
-    let settings = tenants::settings(&[]);
-    let vars: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let api = ApiHarness::with_env(&vars).await;
+    let api = ApiHarness::with_tenants(&[], &[]).await;
     let declare = |key: TestKey, images: Value| {
         let api = &api;
         async move {

@@ -20,13 +20,6 @@ use stack_tests::tenants::{
 /// answer for another tenant's stack.
 const NEVER_EXISTED: &str = "stack-0123456789abcdef";
 
-async fn harness(limits: &[(&str, u32)], extra: &[(&str, &str)]) -> ApiHarness {
-    let settings = tenants::settings(limits);
-    let mut vars: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    vars.extend_from_slice(extra);
-    ApiHarness::with_env(&vars).await
-}
-
 fn create_body() -> Value {
     json!({"pod_spec": WEB_POD, "target_port": [{"container_port": 80}]})
 }
@@ -76,7 +69,7 @@ async fn expiries(api: &ApiHarness) -> std::collections::HashMap<String, jiff::T
 
 #[tokio::test]
 async fn every_route_answers_a_key_of_another_tenant_as_if_the_stack_did_not_exist() {
-    let api = harness(&[], &[]).await;
+    let api = ApiHarness::with_tenants(&[], &[]).await;
     let ctf = create_as(&api, &CTF_PLATFORM).await;
     let wargame = create_as(&api, &WARGAME_PLATFORM).await;
     let owners = [(&ctf, "ctf"), (&wargame, "wargame")];
@@ -172,7 +165,7 @@ async fn every_route_answers_a_key_of_another_tenant_as_if_the_stack_did_not_exi
 
 #[tokio::test]
 async fn a_batch_delete_removes_only_the_stacks_its_key_sees() {
-    let api = harness(&[], &[]).await;
+    let api = ApiHarness::with_tenants(&[], &[]).await;
     let (ctf, wargame) = (
         create_as(&api, &CTF_PLATFORM).await,
         create_as(&api, &WARGAME_PLATFORM).await,
@@ -237,7 +230,7 @@ async fn wait_job(api: &ApiHarness, key: &TestKey, path: &str) -> Value {
 
 #[tokio::test]
 async fn a_tenants_limit_holds_under_a_burst_and_other_tenants_are_unaffected() {
-    let api = harness(&[("ctf", 3)], &[("STACK_CREATE_CONCURRENCY", "32")]).await;
+    let api = ApiHarness::with_tenants(&[("ctf", 3)], &[("STACK_CREATE_CONCURRENCY", "32")]).await;
     let creates = (0..12)
         .map(|_| (&CTF_PLATFORM, "ctf"))
         .chain((0..4).map(|_| (&WARGAME_PLATFORM, "wargame")));
@@ -326,7 +319,7 @@ async fn a_tenants_limit_holds_under_a_burst_and_other_tenants_are_unaffected() 
 
 #[tokio::test]
 async fn the_same_idempotency_key_from_two_tenants_makes_two_stacks() {
-    let api = harness(&[], &[]).await;
+    let api = ApiHarness::with_tenants(&[], &[]).await;
     let send = |key: &'static TestKey| {
         let api = &api;
         async move {
@@ -349,7 +342,7 @@ async fn the_same_idempotency_key_from_two_tenants_makes_two_stacks() {
 
 #[tokio::test]
 async fn records_from_before_tenants_belong_to_default_and_a_removed_tenants_stacks_end() {
-    let api = harness(&[("uni", 5)], &[]).await;
+    let api = ApiHarness::with_tenants(&[("uni", 5)], &[]).await;
     // A stack of the single-key era: made with the one key, its record without a tenant.
     let legacy = create_as(
         &api,
@@ -421,7 +414,7 @@ async fn ten_thousand_random_calls_never_reveal_or_change_another_tenants_stack(
         .and_then(|s| s.parse().ok())
         .unwrap_or(29);
     let mut rng = StdRng::seed_from_u64(seed);
-    let api = harness(&[], &[("STACK_CREATE_CONCURRENCY", "32")]).await;
+    let api = ApiHarness::with_tenants(&[], &[("STACK_CREATE_CONCURRENCY", "32")]).await;
     let platforms = [CTF_PLATFORM, WARGAME_PLATFORM, UNI_PLATFORM];
     let mut owner: HashMap<String, &'static str> = HashMap::new();
     for key in &platforms {
