@@ -483,7 +483,7 @@ fn a_target_port_without_a_probe_is_probed_and_a_declared_probe_kept() {
     let out = serde_json::to_value(&hardened.pod).unwrap();
     assert_eq!(
         out["spec"]["containers"][0]["readinessProbe"],
-        json!({"tcpSocket": {"port": 80}, "periodSeconds": 2, "timeoutSeconds": 1, "failureThreshold": 5})
+        json!({"tcpSocket": {"port": 80}, "periodSeconds": 1, "timeoutSeconds": 1, "failureThreshold": 10})
     );
     let mut manifest = base();
     let own = json!({"httpGet": {"path": "/health", "port": 80}, "periodSeconds": 1});
