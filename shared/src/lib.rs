@@ -14,6 +14,7 @@ mod eks;
 mod history;
 mod init_error;
 mod kube_names;
+mod late_writes;
 mod lifecycle;
 mod model;
 #[cfg(test)]

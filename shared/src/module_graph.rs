@@ -15,6 +15,7 @@ const LAYERS: &[&[&str]] = &[
         "telemetry",
         "test_fixture",
         "kube_names",
+        "late_writes",
         "quantity",
         "tenancy",
     ],

@@ -16,7 +16,6 @@ mod pod_metadata;
 mod pod_watch;
 mod prepull_objects;
 mod stack_nodes;
-mod writes;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -43,9 +42,8 @@ pub(crate) use placement::{
 };
 pub(crate) use prepull_objects::{PREPULL_NAME, PrepullObjects};
 pub(crate) use stack_nodes::{STACK_NODES_TTL, StackNode};
-pub(crate) use writes::PodCreates;
-use writes::to_completion;
 
+use crate::late_writes::{Writes, to_completion};
 use crate::model::{Exposure, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PortMapping, STACK_ID_LABEL, StackId, TargetPort};
 use node_addresses::NodeAddresses;
 use nodeports::{PortPicker, PortUse};
@@ -166,11 +164,11 @@ impl Cluster {
     }
 
     /// Creates `pod`, one of `creates`: to its answer however long after the caller gave up,
-    /// and deleted at once if it landed after that (see [`writes`]).
-    pub(crate) async fn create_pod(&self, pod: &Pod, creates: &PodCreates) -> Result<Pod, ClusterError> {
+    /// and deleted at once if it landed after that (see [`crate::late_writes`]).
+    pub(crate) async fn create_pod(&self, pod: &Pod, creates: &Writes) -> Result<Pod, ClusterError> {
         let in_flight = creates.start().await;
         let (pods, pod) = (self.pods.clone(), pod.clone());
-        to_completion("create pod", async move {
+        run_to_completion("create pod", async move {
             let created = pods.create(&PostParams::default(), &pod).await;
             if in_flight.given_up()
                 && let Ok(landed) = &created
@@ -361,7 +359,7 @@ impl Cluster {
 
     pub(crate) async fn delete_service(&self, name: &str) -> Result<(), ClusterError> {
         let (services, name) = (self.services.clone(), name.to_owned());
-        to_completion("delete service", async move {
+        run_to_completion("delete service", async move {
             match services.delete(&name, &DeleteParams::default()).await {
                 Ok(_) => Ok(()),
                 Err(err) if is_not_found(&err) => Ok(()),
@@ -381,7 +379,7 @@ impl Cluster {
             ..DeleteParams::background()
         };
         let (pods, name) = (self.pods.clone(), name.to_owned());
-        to_completion("delete pod", async move {
+        run_to_completion("delete pod", async move {
             match pods.delete(&name, &params).await {
                 Ok(_) => Ok(()),
                 Err(err) if is_not_found(&err) => Ok(()),
@@ -455,6 +453,16 @@ impl Cluster {
     ) -> Result<Vec<T>, ClusterError> {
         list_all(&self.services, &managed_selector(), project).await
     }
+}
+
+/// A write that a caller giving up does not cut off in flight ([`to_completion`]).
+async fn run_to_completion<T: Send + 'static>(
+    operation: &'static str,
+    write: impl Future<Output = Result<T, ClusterError>> + Send + 'static,
+) -> Result<T, ClusterError> {
+    to_completion(write)
+        .await
+        .map_err(|source| ClusterError::Interrupted { operation, source })?
 }
 
 fn managed_selector() -> ListParams {

@@ -30,10 +30,11 @@
 //! get [`CREATE_WORK_BUDGET`](crate::deadlines::CREATE_WORK_BUDGET), and a create still running then is abandoned: its objects,
 //! record and key are removed within [`CREATE_CLEANUP_BUDGET`] and the answer is a 503. Every
 //! create answers within [`CREATE_DEADLINE`](crate::deadlines::CREATE_DEADLINE), however slow the cluster or DynamoDB.
-//! Pod creates and deletes are not cut off with the future that gave up on them
-//! (`cluster/writes.rs`): the undo deletes the pod once its create has its answer, and a pod
-//! that lands after the cleanup budget deletes itself, so a slow apiserver neither lands a pod
-//! after the delete nor drops the delete unsent.
+//! The pod creates, the record's put and the pod deletes are not cut off with the future that
+//! gave up on them (`crate::late_writes`): the undo deletes the pod and the record once their
+//! writes have their answer, and one that lands after the cleanup budget removes itself, so a
+//! slow apiserver or DynamoDB neither lands a write after the undo's delete nor drops the
+//! delete unsent.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -44,11 +45,12 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::{StackError, Stacks, fit, signed};
 use crate::cluster::{
-    ClusterError, PodCreates, PodDeletion, PodHealth, STACK_NODES_TTL, Scheduling, is_port_conflict, pod_health,
-    scheduling_of, with_host_ports,
+    ClusterError, PodDeletion, PodHealth, STACK_NODES_TTL, Scheduling, is_port_conflict, pod_health, scheduling_of,
+    with_host_ports,
 };
 use crate::config::OnUnschedulable;
 use crate::deadlines::{ABANDONED_CLAIM_AGE, CREATE_CLEANUP_BUDGET, CREATE_WORK_BUDGET};
+use crate::late_writes::Writes;
 use crate::lifecycle::{PodVerdict, Removal, RemovalReason, Rules, judge_pod, proxy_sync_left};
 use crate::model::{
     Exposure, Failure, MANAGED_BY_LABEL, OWN_LABEL_PREFIX, ObservedState, PortMapping, StackId, StackRecord,
@@ -99,18 +101,20 @@ enum Reached {
     Record,
 }
 
-/// [`Reached`], readable after the create's future was dropped at its deadline, and its pod
-/// creates, which may still be in flight then.
+/// [`Reached`], readable after the create's future was dropped at its deadline, and its
+/// writes, which may still be in flight then (`crate::late_writes`).
 struct Progress {
     reached: AtomicU8,
-    pod_creates: PodCreates,
+    pod_creates: Writes,
+    record_puts: Writes,
 }
 
 impl Progress {
     fn new() -> Self {
         Self {
             reached: AtomicU8::new(Reached::Start as u8),
-            pod_creates: PodCreates::default(),
+            pod_creates: Writes::default(),
+            record_puts: Writes::default(),
         }
     }
 
@@ -202,10 +206,12 @@ impl Stacks {
         };
         // Apart from the cluster, so that a hanging apiserver does not keep the record.
         let items = async {
-            if reached >= Reached::Record
-                && let Err(err) = self.store.delete_stack_items(id, None).await
-            {
-                tracing::warn!(stack_id = %id, error = %err, "could not remove the record of a failed create");
+            if reached >= Reached::Record {
+                // As for the pod: what landed is deleted here, what lands later deletes itself.
+                progress.record_puts.give_up().await;
+                if let Err(err) = self.store.delete_stack_items(id, None).await {
+                    tracing::warn!(stack_id = %id, error = %err, "could not remove the record of a failed create");
+                }
             }
             if reached >= Reached::Claim
                 && let Some(key) = idempotency_key
@@ -306,7 +312,7 @@ impl Stacks {
         };
         let record = self.new_record(id, hardened, request, ports, placement);
         progress.reach(Reached::Record);
-        self.put_record(&record, &manifest).await?;
+        self.put_record(&record, &manifest, &progress.record_puts).await?;
         if record.status.is_tombstone() {
             // It will never run: its objects go now, its record stays to say why. What a
             // failed removal leaves, the next read or pass removes (the rule's tombstone case).
@@ -475,8 +481,13 @@ impl Stacks {
 
     /// Writes the record, last. A condition failure can be the SDK's retry finding its own
     /// first attempt: that record is ours, anything else is an id collision.
-    async fn put_record(&self, record: &StackRecord, manifest: &StoredManifest) -> Result<(), StackError> {
-        match self.store.put_new_stack_with(record, manifest).await {
+    async fn put_record(
+        &self,
+        record: &StackRecord,
+        manifest: &StoredManifest,
+        puts: &Writes,
+    ) -> Result<(), StackError> {
+        match self.store.put_new_stack_with(record, manifest, puts).await {
             Ok(()) => Ok(()),
             Err(StoreError::ConditionFailed) => {
                 let stored = self.store.get_stack(&record.stack_id, Manifest::Omit).await?;

@@ -29,6 +29,13 @@ pub enum StoreError {
     /// The manifest cannot be kept (the request's fault).
     #[error(transparent)]
     Unstorable(#[from] super::UnstorableManifest),
+    /// The task that carried a write ended without its answer (a panic, the runtime stopping).
+    #[error("dynamodb {operation} interrupted")]
+    Interrupted {
+        operation: &'static str,
+        #[source]
+        source: tokio::task::JoinError,
+    },
 }
 
 impl StoreError {

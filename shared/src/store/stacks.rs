@@ -17,6 +17,7 @@ use super::cursor::ListCursor;
 use super::item::{Item, PK, SK, Unreadable, key, read_item, readable, s, take_key, to_item};
 use super::manifest::{self, MANIFEST_ATTR, StoredManifest};
 use super::{Store, StoreError, idempotency};
+use crate::late_writes::{Writes, to_completion};
 use crate::model::{ObservedState, StackId, StackRecord, StackStatus, StackUsage};
 
 const STACK_PK: &str = "STACK";
@@ -59,15 +60,18 @@ impl Store {
     #[cfg(any(test, feature = "test-fixtures"))]
     pub async fn put_new_stack(&self, record: &StackRecord) -> Result<(), StoreError> {
         let manifest = StoredManifest::encode(&record.pod_spec)?;
-        self.put_new_stack_with(record, &manifest).await
+        self.put_new_stack_with(record, &manifest, &Writes::default()).await
     }
 
     /// [`put_new_stack`](Self::put_new_stack) with the manifest already encoded (it must be
     /// `record.pod_spec`'s).
+    /// It is one of `puts`: it goes on to its answer however long after the caller gave up,
+    /// and removes what it wrote if it landed after that (see [`crate::late_writes`]).
     pub(crate) async fn put_new_stack_with(
         &self,
         record: &StackRecord,
         stored: &StoredManifest,
+        puts: &Writes,
     ) -> Result<(), StoreError> {
         let id = record.stack_id.as_str();
         let mut item = to_item(STACK_PK, id, record, None)?;
@@ -86,14 +90,28 @@ impl Store {
             .set_item(Some(manifest))
             .build()
             .map_err(|e| StoreError::Malformed(e.to_string()))?;
-        self.client
+        let transaction = self
+            .client
             .transact_write_items()
             .transact_items(TransactWriteItem::builder().put(put_record).build())
-            .transact_items(TransactWriteItem::builder().put(put_manifest).build())
-            .send()
-            .await
-            .map_err(transaction_error)?;
-        Ok(())
+            .transact_items(TransactWriteItem::builder().put(put_manifest).build());
+        let in_flight = puts.start().await;
+        let (store, id) = (self.clone(), record.stack_id.clone());
+        to_completion(async move {
+            let put = transaction.send().await.map_err(transaction_error);
+            if in_flight.given_up()
+                && put.is_ok()
+                && let Err(err) = store.delete_stack_items(&id, None).await
+            {
+                tracing::warn!(stack_id = %id, error = %err, "could not remove a record that landed late; the reconciler will");
+            }
+            put.map(drop)
+        })
+        .await
+        .map_err(|source| StoreError::Interrupted {
+            operation: "transact write",
+            source,
+        })?
     }
 
     pub async fn get_stack(&self, id: &StackId, manifest: Manifest) -> Result<Option<StackRecord>, StoreError> {

@@ -1,50 +1,49 @@
 //! Writes that outlive the caller who gave up on them. A create abandoned at its deadline
-//! drops its future; a request cut off in flight may still land at the apiserver, after the
-//! create's undo looked for what to delete, and outlive the failed request. So pod creates
-//! and deletes run to their answer in a task of their own, and a pod create whose caller gave
-//! up deletes what it made.
+//! drops its future; a request cut off in flight may still land (at the apiserver, in
+//! DynamoDB) after the create's undo looked for what to delete, and outlive the failed
+//! request. So the create's writes and the undo's deletes run to their answer in a task of
+//! their own, the undo deletes what a write made once the write has its answer, and a write
+//! answered after its caller gave up removes what it made itself.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::{OwnedRwLockReadGuard, RwLock};
+use tokio::task::JoinError;
 
-use super::ClusterError;
-
-/// Runs `write` in a task of its own, to its answer whether or not the caller still waits.
-pub(super) async fn to_completion<T: Send + 'static>(
-    operation: &'static str,
-    write: impl Future<Output = Result<T, ClusterError>> + Send + 'static,
-) -> Result<T, ClusterError> {
-    tokio::spawn(write)
-        .await
-        .map_err(|source| ClusterError::Interrupted { operation, source })?
+/// Runs `write` in a task of its own, to its answer whether or not the caller still waits
+/// (a `JoinError` only if it panicked or the runtime stopped).
+pub(crate) async fn to_completion<T: Send + 'static>(
+    write: impl Future<Output = T> + Send + 'static,
+) -> Result<T, JoinError> {
+    tokio::spawn(write).await
 }
 
-/// The pod creates of one stack create, and whether its caller gave up on them.
+/// The writes of one kind (pod creates, the record's put) of one stack create, and whether its
+/// caller gave up on them.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct PodCreates {
+pub(crate) struct Writes {
     given_up: Arc<AtomicBool>,
-    /// Read-held by each create until its answer.
+    /// Read-held by each write until its answer.
     in_flight: Arc<RwLock<()>>,
 }
 
-/// One create in flight: [`PodCreates::give_up`] waits for its answer.
-pub(super) struct InFlight {
+/// One write in flight: [`Writes::give_up`] waits for its answer.
+pub(crate) struct InFlight {
     given_up: Arc<AtomicBool>,
     _held: OwnedRwLockReadGuard<()>,
 }
 
-impl PodCreates {
-    pub(super) async fn start(&self) -> InFlight {
+impl Writes {
+    pub(crate) async fn start(&self) -> InFlight {
         InFlight {
             given_up: Arc::clone(&self.given_up),
             _held: Arc::clone(&self.in_flight).read_owned().await,
         }
     }
 
-    /// Gives up on the creates and returns once each sent has its answer: what landed before is
-    /// there for the caller's delete, what lands after deletes itself.
+    /// Gives up on the writes and returns once each sent has its answer: what landed before is
+    /// there for the caller's delete, what lands after removes itself.
     pub(crate) async fn give_up(&self) {
         self.given_up.store(true, Ordering::SeqCst);
         drop(self.in_flight.write().await);
@@ -53,8 +52,8 @@ impl PodCreates {
 
 impl InFlight {
     /// Whether the caller gave up before the answer (read before the hold is released, so
-    /// that either this create or the caller's delete removes what landed).
-    pub(super) fn given_up(&self) -> bool {
+    /// that either this write or the caller's delete removes what it made).
+    pub(crate) fn given_up(&self) -> bool {
         self.given_up.load(Ordering::SeqCst)
     }
 }
@@ -67,7 +66,7 @@ mod tests {
 
     #[tokio::test]
     async fn giving_up_waits_for_the_creates_in_flight_and_they_see_it() {
-        let creates = PodCreates::default();
+        let creates = Writes::default();
         let in_flight = creates.start().await;
         assert!(!in_flight.given_up());
         let give_up = tokio::spawn({
@@ -87,10 +86,9 @@ mod tests {
     #[tokio::test]
     async fn a_write_finishes_after_its_caller_gave_up() {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let write = to_completion("test", async move {
+        let write = to_completion(async move {
             tokio::time::sleep(Duration::from_millis(50)).await;
             let _ = tx.send(());
-            Ok(())
         });
         assert!(tokio::time::timeout(Duration::from_millis(1), write).await.is_err());
         tokio::time::timeout(Duration::from_secs(1), rx)
