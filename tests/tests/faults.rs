@@ -44,46 +44,56 @@ fn assert_created_or_retry_later(reply: &Reply) {
     }
 }
 
-/// The pods not being deleted, and the pods of `acknowledged`.
-async fn live_and_acknowledged_pods(
-    api: &ApiHarness,
-    acknowledged: &HashSet<String>,
-) -> (HashSet<String>, HashSet<String>) {
-    let pods = api
-        .managed_pods()
-        .await
-        .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter_map(|p| p.metadata.name)
-        .collect();
-    let expected_pods = acknowledged
-        .iter()
-        .map(|id| id.parse::<StackId>().expect("stack id").pod_name())
-        .collect();
-    (pods, expected_pods)
+/// What exists of our stacks: pods not being deleted, services, records.
+#[derive(Debug, PartialEq)]
+struct Existing {
+    pods: HashSet<String>,
+    services: usize,
+    records: HashSet<String>,
+}
+
+impl Existing {
+    async fn read(api: &ApiHarness) -> Self {
+        let pods = api
+            .managed_pods()
+            .await
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        Self {
+            pods,
+            services: api.managed_services().await.len(),
+            records: api.record_ids().await,
+        }
+    }
+
+    /// What exists when exactly the stacks `acknowledged` do.
+    fn of(acknowledged: &HashSet<String>) -> Self {
+        Self {
+            pods: acknowledged
+                .iter()
+                .map(|id| id.parse::<StackId>().expect("stack id").pod_name())
+                .collect(),
+            services: acknowledged.len(),
+            records: acknowledged.clone(),
+        }
+    }
 }
 
 /// After a burst, what the API acknowledged is exactly what exists: one pod, one service and
 /// one record per 201, nothing else (before any reconcile pass).
 async fn assert_only_acknowledged_stacks_exist(api: &ApiHarness, acknowledged: &HashSet<String>) {
-    let (pods, expected_pods) = live_and_acknowledged_pods(api, acknowledged).await;
-    assert_eq!(pods, expected_pods, "pods other than the acknowledged stacks");
-    let services = api.managed_services().await.len();
+    let (existing, expected) = (Existing::read(api).await, Existing::of(acknowledged));
+    assert_eq!(existing.pods, expected.pods, "pods other than the acknowledged stacks");
     assert_eq!(
-        services,
-        acknowledged.len(),
+        existing.services, expected.services,
         "services other than the acknowledged stacks"
     );
-    let records: HashSet<String> = api.record_ids().await;
-    assert_eq!(&records, acknowledged, "records other than the acknowledged stacks");
-}
-
-/// Whether [`assert_only_acknowledged_stacks_exist`] would pass now.
-async fn only_acknowledged_exist(api: &ApiHarness, acknowledged: &HashSet<String>) -> bool {
-    let (pods, expected_pods) = live_and_acknowledged_pods(api, acknowledged).await;
-    pods == expected_pods
-        && api.managed_services().await.len() == acknowledged.len()
-        && api.record_ids::<HashSet<String>>().await == *acknowledged
+    assert_eq!(
+        existing.records, expected.records,
+        "records other than the acknowledged stacks"
+    );
 }
 
 #[tokio::test]
@@ -183,7 +193,7 @@ async fn creates_across_an_outage_of(component: &str) {
     // The 503s' writes cut off by the outage land once it ends: none may outlive its request
     // (a late pod deletes itself; give it the moment the resumed component needs).
     let settled = tokio::time::Instant::now() + Duration::from_secs(10);
-    while tokio::time::Instant::now() < settled && !only_acknowledged_exist(&api, &acknowledged).await {
+    while tokio::time::Instant::now() < settled && Existing::read(&api).await != Existing::of(&acknowledged) {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     assert_only_acknowledged_stacks_exist(&api, &acknowledged).await;

@@ -66,6 +66,19 @@ pub(crate) enum PodDeletion {
     Now,
 }
 
+impl PodDeletion {
+    fn params(self) -> DeleteParams {
+        let grace = match self {
+            PodDeletion::Graceful => POD_DELETE_GRACE_SECONDS,
+            PodDeletion::Now => 0,
+        };
+        DeleteParams {
+            grace_period_seconds: Some(grace),
+            ..DeleteParams::background()
+        }
+    }
+}
+
 /// How many times a service create is retried when the apiserver says a port is taken.
 const NODEPORT_ATTEMPTS: usize = 8;
 /// Objects per list call. 5,000 stacks take a dozen calls; the reconciler holds one page of
@@ -177,11 +190,7 @@ impl Cluster {
                     pod = landed.metadata.name,
                     "a pod landed after its create gave up, deleting it"
                 );
-                let now = DeleteParams {
-                    grace_period_seconds: Some(0),
-                    ..DeleteParams::background()
-                };
-                if let Err(err) = pods.delete(&landed.name_any(), &now).await {
+                if let Err(err) = pods.delete(&landed.name_any(), &PodDeletion::Now.params()).await {
                     tracing::warn!(error = %err, "could not delete a pod that landed late; the reconciler will");
                 }
             }
@@ -360,31 +369,15 @@ impl Cluster {
     pub(crate) async fn delete_service(&self, name: &str) -> Result<(), ClusterError> {
         let (services, name) = (self.services.clone(), name.to_owned());
         run_to_completion("delete service", async move {
-            match services.delete(&name, &DeleteParams::default()).await {
-                Ok(_) => Ok(()),
-                Err(err) if is_not_found(&err) => Ok(()),
-                Err(err) => Err(ClusterError::from_kube("delete service", err)),
-            }
+            gone("delete service", services.delete(&name, &DeleteParams::default()).await)
         })
         .await
     }
 
     pub(crate) async fn delete_pod(&self, name: &str, deletion: PodDeletion) -> Result<(), ClusterError> {
-        let grace = match deletion {
-            PodDeletion::Graceful => POD_DELETE_GRACE_SECONDS,
-            PodDeletion::Now => 0,
-        };
-        let params = DeleteParams {
-            grace_period_seconds: Some(grace),
-            ..DeleteParams::background()
-        };
         let (pods, name) = (self.pods.clone(), name.to_owned());
         run_to_completion("delete pod", async move {
-            match pods.delete(&name, &params).await {
-                Ok(_) => Ok(()),
-                Err(err) if is_not_found(&err) => Ok(()),
-                Err(err) => Err(ClusterError::from_kube("delete pod", err)),
-            }
+            gone("delete pod", pods.delete(&name, &deletion.params()).await)
         })
         .await
     }
@@ -452,6 +445,15 @@ impl Cluster {
         project: impl FnMut(Service) -> T,
     ) -> Result<Vec<T>, ClusterError> {
         list_all(&self.services, &managed_selector(), project).await
+    }
+}
+
+/// A delete's answer: an object already gone is deleted.
+fn gone<T>(operation: &'static str, deleted: Result<T, kube::Error>) -> Result<(), ClusterError> {
+    match deleted {
+        Ok(_) => Ok(()),
+        Err(err) if is_not_found(&err) => Ok(()),
+        Err(err) => Err(ClusterError::from_kube(operation, err)),
     }
 }
 

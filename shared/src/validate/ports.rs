@@ -38,16 +38,7 @@ pub(crate) fn validate_target_ports(ports: &[TargetPort]) -> Result<(), Rejectio
 /// Each target port must be a `containerPort` of a regular container with the same protocol
 /// (TCP when unset): the Service can only reach what a container listens on.
 pub(super) fn check_declared(ports: &[TargetPort], containers: &[Container]) -> Result<(), Rejection> {
-    let declared: HashSet<(i32, &str)> = containers
-        .iter()
-        .flat_map(|c| c.ports.iter().flatten())
-        .map(|p| {
-            (
-                p.container_port,
-                p.protocol.as_deref().unwrap_or(Protocol::Tcp.as_str()),
-            )
-        })
-        .collect();
+    let declared: HashSet<(i32, &str)> = containers.iter().flat_map(declared_ports).collect();
     for (index, port) in ports.iter().enumerate() {
         if !declared.contains(&(i32::from(port.container_port), port.protocol.as_str())) {
             return Err(Rejection::new(
@@ -60,6 +51,16 @@ pub(super) fn check_declared(ports: &[TargetPort], containers: &[Container]) -> 
         }
     }
     Ok(())
+}
+
+/// The ports `container` declares, with their protocol (TCP when unset).
+pub(super) fn declared_ports(container: &Container) -> impl Iterator<Item = (i32, &str)> {
+    container.ports.iter().flatten().map(|p| {
+        (
+            p.container_port,
+            p.protocol.as_deref().unwrap_or(Protocol::Tcp.as_str()),
+        )
+    })
 }
 
 #[cfg(test)]

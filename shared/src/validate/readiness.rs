@@ -15,6 +15,7 @@
 use k8s_openapi::api::core::v1::{Container, Probe, TCPSocketAction};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use super::ports::declared_ports;
 use crate::model::{Protocol, TargetPort};
 
 /// How often a failed or passed probe is tried again: a challenge that listens late is
@@ -34,19 +35,14 @@ pub(super) fn probe_target_ports(containers: &mut [Container], target_ports: &[T
         if let Some(port) = target_ports
             .iter()
             .filter(|port| port.protocol == Protocol::Tcp)
-            .find(|port| declares(container, port.container_port))
+            .find(|port| {
+                declared_ports(container)
+                    .any(|declared| declared == (i32::from(port.container_port), Protocol::Tcp.as_str()))
+            })
         {
             container.readiness_probe = Some(tcp_probe(port.container_port));
         }
     }
-}
-
-/// Whether `container` declares TCP port `port` (TCP when unset).
-fn declares(container: &Container, port: u16) -> bool {
-    container.ports.iter().flatten().any(|declared| {
-        declared.container_port == i32::from(port)
-            && declared.protocol.as_deref().unwrap_or(Protocol::Tcp.as_str()) == Protocol::Tcp.as_str()
-    })
 }
 
 fn tcp_probe(port: u16) -> Probe {
