@@ -93,6 +93,13 @@ impl ApiProcess {
         self.addr
     }
 
+    /// A client of this process with `api_key`, once `/healthz` answers 200 (at most `within`).
+    pub async fn healthy_client(&self, api_key: &str, within: Duration) -> Result<ApiClient, ApiProcessError> {
+        let client = ApiClient::new(self.addr(), api_key);
+        client.wait_healthy(within).await?;
+        Ok(client)
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

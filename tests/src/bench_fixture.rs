@@ -10,7 +10,7 @@ use stack_core::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
 use crate::api_process::ApiProcessError;
 use crate::browser::BrowserError;
-use crate::env::{EnvError, SimulatedNode, TestEnv, TestTable, nodes};
+use crate::env::{EnvError, SimulatedNode, TestEnv, TestTable, nodes, real_nodes};
 use crate::pass_process::PassProcessError;
 use crate::reconciler::add_schedulable_node;
 
@@ -55,6 +55,53 @@ impl BenchArgs {
     /// Whether `flag` is on: unless it says `off`.
     pub fn on(&self, flag: &str) -> bool {
         value_after(&self.0, flag).is_none_or(|v| v != "off")
+    }
+}
+
+/// What the real-node start benchmarks (`bench-connect`, `bench-startgun`) both read from their
+/// command line: how the stacks are exposed and started, and how their clients poll.
+pub struct RealNodeStacks {
+    /// `--exposure`: the API's `STACK_EXPOSURE` (default `hostport`).
+    pub exposure: String,
+    /// `--cpu`: each challenge's CPU request.
+    pub cpu: String,
+    /// `--poll-ms`: how often each client polls its stack's status (default 100 ms).
+    pub poll: Duration,
+    /// `--isolation-check`: whether stacks wait for their isolation to be enforced
+    /// (`STACK_ISOLATION_CHECK_IMAGE`); on unless `off`.
+    pub isolation_check: bool,
+}
+
+impl RealNodeStacks {
+    /// The flags of `args`, with `default_cpu` for `--cpu`.
+    pub fn parse(args: &BenchArgs, default_cpu: &str) -> Self {
+        Self {
+            exposure: args.text("--exposure", "hostport"),
+            cpu: args.text("--cpu", default_cpu),
+            poll: Duration::from_millis(args.number("--poll-ms", 100)),
+            isolation_check: args.on("--isolation-check"),
+        }
+    }
+
+    /// The API's settings for these stacks: [`real_nodes::api_settings`] of `registry` with
+    /// `STACK_EXPOSURE`, and the isolation check image blank when the check is off (set blank,
+    /// not left out: the API process would inherit env.sh's).
+    pub fn api_settings(&self, registry: &str) -> Vec<(&'static str, String)> {
+        let mut settings = real_nodes::api_settings(registry);
+        if !self.isolation_check {
+            for (name, value) in &mut settings {
+                if *name == "STACK_ISOLATION_CHECK_IMAGE" {
+                    value.clear();
+                }
+            }
+        }
+        settings.push(("STACK_EXPOSURE", self.exposure.clone()));
+        settings
+    }
+
+    /// `on` or `off`, as the benchmarks print the isolation check.
+    pub fn isolation_check_state(&self) -> &'static str {
+        if self.isolation_check { "on" } else { "off" }
     }
 }
 

@@ -19,7 +19,7 @@
 use std::time::{Duration, Instant};
 
 use stack_tests::api_process::{ApiClient, ApiProcess};
-use stack_tests::bench_fixture::{BenchArgs, BenchFixture};
+use stack_tests::bench_fixture::{BenchArgs, BenchFixture, RealNodeStacks};
 use stack_tests::challenges::Challenge;
 use stack_tests::env::{TestEnv, real_nodes, unique_name};
 use stack_tests::latency::spread;
@@ -34,14 +34,10 @@ const START_DEADLINE: Duration = Duration::from_secs(60);
 struct Options {
     bursts: Vec<usize>,
     sequential: usize,
-    exposure: String,
-    cpu: String,
-    poll: Duration,
     rounds: usize,
     /// `STACK_PROXY_SYNC` of the API (`0s` shows what the wait for kube-proxy prevents).
     proxy_sync: String,
-    /// Whether stacks wait for their isolation to be enforced (`STACK_ISOLATION_CHECK_IMAGE`).
-    isolation_check: bool,
+    stack: RealNodeStacks,
 }
 
 impl Options {
@@ -54,12 +50,9 @@ impl Options {
                 .filter_map(|n| n.parse().ok())
                 .collect(),
             sequential: args.number("--sequential", 10),
-            exposure: args.text("--exposure", "hostport"),
-            cpu: args.text("--cpu", "50m"),
-            poll: Duration::from_millis(args.number("--poll-ms", 100)),
             rounds: args.number("--rounds", 1),
             proxy_sync: args.text("--proxy-sync", "1s"),
-            isolation_check: args.on("--isolation-check"),
+            stack: RealNodeStacks::parse(&args, "50m"),
         }
     }
 }
@@ -90,37 +83,27 @@ async fn run(env: &TestEnv, options: &Options, registry: &str, fixture: &mut Ben
     // One Lambda sandbox per create in AWS: as many create slots as creates at once.
     let slots = (2 * most).to_string();
     let deadline = format!("{}s", START_DEADLINE.as_secs());
-    let mut real_nodes = real_nodes::api_settings(registry);
-    if !options.isolation_check {
-        // Set blank, not left out: the API process would inherit env.sh's.
-        for (name, value) in &mut real_nodes {
-            if *name == "STACK_ISOLATION_CHECK_IMAGE" {
-                value.clear();
-            }
-        }
-    }
-    let mut settings: Vec<(&str, &str)> = real_nodes.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let stack_settings = options.stack.api_settings(registry);
+    let mut settings: Vec<(&str, &str)> = stack_settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
     settings.extend([
-        ("STACK_EXPOSURE", options.exposure.as_str()),
         ("STACK_CREATE_CONCURRENCY", slots.as_str()),
         ("STACK_START_TIMEOUT", deadline.as_str()),
         ("STACK_PROXY_SYNC", options.proxy_sync.as_str()),
     ]);
     let api = ApiProcess::spawn(&env.settings, &namespace, &table, API_KEY, &settings).map_err(|e| e.to_string())?;
-    let client = ApiClient::new(api.addr(), API_KEY);
-    client
-        .wait_healthy(Duration::from_secs(30))
+    let client = api
+        .healthy_client(API_KEY, Duration::from_secs(30))
         .await
         .map_err(|e| e.to_string())?;
     println!(
         "bench-connect: STACK_EXPOSURE={} (STACK_PROXY_SYNC={}, isolation check {}), {} real nodes, challenge {} (cpu {}), status polled every {} ms",
-        options.exposure,
+        options.stack.exposure,
         options.proxy_sync,
-        if options.isolation_check { "on" } else { "off" },
+        options.stack.isolation_check_state(),
         env.settings.real_nodes,
         real_nodes::image(registry, "tcp"),
-        options.cpu,
-        options.poll.as_millis()
+        options.stack.cpu,
+        options.stack.poll.as_millis()
     );
     // Warm-up: the API's clients and port view, and the image on every node.
     let warm = burst(&client, options, registry, env.settings.real_nodes.max(1)).await;
@@ -172,9 +155,9 @@ async fn run(env: &TestEnv, options: &Options, registry: &str, fixture: &mut Ben
 /// `n` participants start at the same instant.
 async fn burst(client: &ApiClient, options: &Options, registry: &str, n: usize) -> Vec<Outcome> {
     let challenges: Vec<Challenge> = (0..n)
-        .map(|_| Challenge::local(registry, "tcp").with_cpu(&options.cpu))
+        .map(|_| Challenge::local(registry, "tcp").with_cpu(&options.stack.cpu))
         .collect();
-    start_together(client, &challenges, options.poll, START_DEADLINE).await
+    start_together(client, &challenges, options.stack.poll, START_DEADLINE).await
 }
 
 /// Until the namespace's pods are gone (their kubelets stopped them).

@@ -335,8 +335,7 @@ async fn run(env: &TestEnv, options: &Options, fixture: &mut Fixture) -> Result<
         API_KEY,
         &settings,
     )?);
-    let client = ApiClient::new(api.addr(), API_KEY);
-    client.wait_healthy(HEALTHY_WITHIN).await?;
+    let client = api.healthy_client(API_KEY, HEALTHY_WITHIN).await?;
     let api_pid = api.pid();
     warn_if_exposure_differs(&client, options.exposure).await;
     println!(

@@ -45,7 +45,7 @@ use kube::api::{DeleteParams, ListParams};
 use serde_json::{Value, json};
 use stack_tests::api::prepull_namespace;
 use stack_tests::api_process::{ApiClient, ApiProcess};
-use stack_tests::bench_fixture::{BenchArgs, BenchFixture};
+use stack_tests::bench_fixture::{BenchArgs, BenchFixture, RealNodeStacks};
 use stack_tests::challenges::Challenge;
 use stack_tests::env::{TestEnv, real_nodes, unique_name};
 use stack_tests::latency::{percentile, spread};
@@ -69,12 +69,9 @@ const JOIN_TAINT: &str = "stack-provisioner.io/images-pending";
 struct Options {
     stacks: Option<usize>,
     images: Vec<String>,
-    cpu: String,
     throttle: Throttle,
     scenarios: Vec<String>,
-    poll: Duration,
-    exposure: String,
-    isolation_check: bool,
+    stack: RealNodeStacks,
     /// How often the join scenario runs a reconcile pass (EventBridge's schedule: every minute).
     reconcile_every: Duration,
 }
@@ -86,16 +83,13 @@ impl Options {
         Self {
             stacks: args.parsed("--stacks"),
             images: args.list("--images", "120:2,250:3,400:4"),
-            cpu: args.text("--cpu", "75m"),
             throttle: Throttle {
                 per_connection: rate(args.number("--bandwidth-mb", 20)),
                 total: rate(args.number("--total-bandwidth-mb", 0)),
                 latency: Duration::from_millis(args.number("--latency-ms", 30)),
             },
             scenarios: args.list("--scenarios", "cold,warm,prepulled"),
-            poll: Duration::from_millis(args.number("--poll-ms", 100)),
-            exposure: args.text("--exposure", "hostport"),
-            isolation_check: args.on("--isolation-check"),
+            stack: RealNodeStacks::parse(&args, "75m"),
             reconcile_every: Duration::from_secs(args.number("--reconcile-every-s", 60)),
         }
     }
@@ -163,20 +157,17 @@ async fn run(env: &TestEnv, options: &Options, fixture: &mut BenchFixture) -> Re
     let nodes = real_node_addresses(env).await?;
     let stacks = match options.stacks {
         Some(n) => n,
-        None => room_on_real_nodes(env, &options.cpu).await?,
+        None => room_on_real_nodes(env, &options.stack.cpu).await?,
     };
     // One Lambda sandbox per create in AWS: as many create slots as creates at once.
     let slots = (2 * stacks).to_string();
     let allowlist = format!("{registry}/,{slow}/");
     // The pre-pull's helper copies busybox into its pods (the main branch's pre-pull).
     let helper = real_nodes::image(&registry, "busybox");
-    let mut real = real_nodes::api_settings(&registry);
+    let mut real = options.stack.api_settings(&registry);
     for (name, value) in &mut real {
-        match *name {
-            "STACK_IMAGE_ALLOWLIST" => value.clone_from(&allowlist),
-            // Set blank, not left out: the API process would inherit env.sh's.
-            "STACK_ISOLATION_CHECK_IMAGE" if !options.isolation_check => value.clear(),
-            _ => {}
+        if *name == "STACK_IMAGE_ALLOWLIST" {
+            value.clone_from(&allowlist);
         }
     }
     let prepull_namespace = prepull_namespace(&namespace);
@@ -186,7 +177,6 @@ async fn run(env: &TestEnv, options: &Options, fixture: &mut BenchFixture) -> Re
         settings.push(("STACK_ON_UNSCHEDULABLE", "wait"));
     }
     settings.extend([
-        ("STACK_EXPOSURE", options.exposure.as_str()),
         ("STACK_CREATE_CONCURRENCY", slots.as_str()),
         ("STACK_START_TIMEOUT", API_START_TIMEOUT),
         ("STACK_PREPULL_HELPER_IMAGE", helper.as_str()),
@@ -196,9 +186,8 @@ async fn run(env: &TestEnv, options: &Options, fixture: &mut BenchFixture) -> Re
     ]);
     let reconciler = TestReconciler::new(env, &namespace, &table, &settings).await;
     let api = ApiProcess::spawn(&env.settings, &namespace, &table, API_KEY, &settings).map_err(|e| e.to_string())?;
-    let client = ApiClient::new(api.addr(), API_KEY);
-    client
-        .wait_healthy(Duration::from_secs(30))
+    let client = api
+        .healthy_client(API_KEY, Duration::from_secs(30))
         .await
         .map_err(|e| e.to_string())?;
     let bench = Bench {
@@ -215,10 +204,10 @@ async fn run(env: &TestEnv, options: &Options, fixture: &mut BenchFixture) -> Re
     println!(
         "bench-startgun: {stacks} stacks at once on {} real nodes (cpu {}), STACK_EXPOSURE={}, isolation check {}, status polled every {} ms; registry {}",
         env.settings.real_nodes,
-        options.cpu,
-        options.exposure,
-        if options.isolation_check { "on" } else { "off" },
-        options.poll.as_millis(),
+        options.stack.cpu,
+        options.stack.exposure,
+        options.stack.isolation_check_state(),
+        options.stack.poll.as_millis(),
         options.throttle.describe()
     );
     // Warm-up: the API's clients and port view, a small stack per node.
@@ -420,9 +409,9 @@ impl Bench<'_> {
     /// `n` participants at once, participant i on image i mod images.
     async fn burst_over(&self, images: &[String], n: usize, deadline: Duration) -> Vec<Outcome> {
         let challenges: Vec<Challenge> = (0..n)
-            .map(|i| Challenge::of_image(&images[i % images.len()], 8080).with_cpu(&self.options.cpu))
+            .map(|i| Challenge::of_image(&images[i % images.len()], 8080).with_cpu(&self.options.stack.cpu))
             .collect();
-        start_together(&self.client, &challenges, self.options.poll, deadline).await
+        start_together(&self.client, &challenges, self.options.stack.poll, deadline).await
     }
 
     /// Deletes the stacks and waits until their pods are gone, so the next burst starts on quiet
@@ -569,7 +558,7 @@ impl Bench<'_> {
         let existing = real_nodes_list(self.env).await?.len();
         // What the nodes there are hold, whatever --stacks says, and one node's worth more:
         // those stacks can only run on the joining node.
-        let room = room_on_real_nodes(self.env, &self.options.cpu).await?.max(stacks);
+        let room = room_on_real_nodes(self.env, &self.options.stack.cpu).await?.max(stacks);
         let n = room + room / existing.max(1);
         let name = real_nodes::node_name(existing + 1);
         println!(
