@@ -70,6 +70,11 @@ impl Reply {
             .unwrap_or_else(|| panic!("no stack_id in {}", self.json))
             .to_owned()
     }
+
+    /// The `error` of a refused answer; empty when it has none.
+    pub fn error(&self) -> &str {
+        self.json["error"].as_str().unwrap_or_default()
+    }
 }
 
 impl ApiHarness {

@@ -17,17 +17,17 @@ use stack_tests::reconciler::running_record;
 /// A 503 whose message starts with `reason`, telling the client when to retry.
 fn assert_unavailable(reply: &stack_tests::api::Reply, reason: &str) {
     assert_eq!(reply.status, 503, "{}", reply.json);
-    let message = reply.json["error"].as_str().unwrap_or_default();
-    assert!(message.starts_with(reason), "{}", reply.json);
+    assert!(reply.error().starts_with(reason), "{}", reply.json);
     assert!(reply.headers.contains_key("retry-after"), "no Retry-After");
 }
 
 /// A 400 whose message names the field and the problem, as the platform shows it to the author.
 fn assert_invalid(reply: &stack_tests::api::Reply, field_and_problem: &str) {
     assert_eq!(reply.status, 400, "{}", reply.json);
-    let message = reply.json["error"].as_str().unwrap_or_default();
     assert!(
-        message.starts_with(&format!("invalid pod spec: {field_and_problem}")),
+        reply
+            .error()
+            .starts_with(&format!("invalid pod spec: {field_and_problem}")),
         "{}",
         reply.json
     );
@@ -278,7 +278,7 @@ async fn invalid_requests_answer_400_and_leave_nothing() {
     let hostile = WEB_POD.replace("  containers:\n", "  hostNetwork: true\n  containers:\n");
     let rejected = api.create(&hostile, json!(80)).await;
     assert_eq!(rejected.status, 400);
-    let message = rejected.json["error"].as_str().unwrap();
+    let message = rejected.error();
     assert!(
         message.starts_with("invalid pod spec: ") && message.contains("spec.hostNetwork"),
         "{message}"
@@ -290,16 +290,13 @@ async fn invalid_requests_answer_400_and_leave_nothing() {
     let rejected = api.create(&privileged, json!(80)).await;
     assert_eq!(rejected.status, 400);
     assert!(
-        rejected.json["error"]
-            .as_str()
-            .unwrap()
-            .contains("spec.containers[0].securityContext"),
+        rejected.error().contains("spec.containers[0].securityContext"),
         "{}",
         rejected.json
     );
     let undeclared = api.create(WEB_POD, json!(8080)).await;
     assert_eq!(undeclared.status, 400, "{}", undeclared.json);
-    assert!(undeclared.json["error"].as_str().unwrap().contains("8080"));
+    assert!(undeclared.error().contains("8080"));
     let too_many: Vec<Value> = (1..=25).map(|p| json!({"container_port": p})).collect();
     assert_eq!(api.create(WEB_POD, Value::Array(too_many)).await.status, 400);
     let duplicate = api
@@ -558,7 +555,7 @@ async fn a_policy_that_widens_the_isolation_refuses_creation_until_it_is_gone() 
     let refused = second.create(WEB_POD, json!(80)).await;
     assert_eq!(refused.status, 503, "{}", refused.json);
     assert!(refused.headers.contains_key("retry-after"));
-    let why = refused.json["error"].as_str().unwrap();
+    let why = refused.error();
     assert!(
         why.contains("isolation not in place") && why.contains("allow-all"),
         "{why}"
@@ -833,9 +830,7 @@ async fn batch_delete_is_a_durable_job() {
         .await;
     assert_eq!(too_many.status, 400, "{}", too_many.json);
     assert!(
-        too_many.json["error"]
-            .as_str()
-            .is_some_and(|e| e.starts_with("too many stack_ids: 10001")),
+        too_many.error().starts_with("too many stack_ids: 10001"),
         "{}",
         too_many.json
     );
@@ -1040,7 +1035,7 @@ async fn list_pages_walk_every_stack_once_oldest_first() {
     ] {
         let reply = api.call(Method::GET, &format!("/stacks?{query}"), None).await;
         assert_eq!(reply.status, 400, "{query}: {}", reply.json);
-        assert!(reply.json["error"].as_str().unwrap().starts_with("invalid "), "{query}");
+        assert!(reply.error().starts_with("invalid "), "{query}");
     }
     api.finish().await;
 }

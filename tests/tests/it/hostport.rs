@@ -265,7 +265,7 @@ async fn switching_to_hostport_keeps_nodeport_stacks_alive_and_their_ports_taken
     // The namespace still enforces Pod Security baseline, which would refuse every host port.
     let refused = after.create(WEB_POD, json!(80)).await;
     assert_eq!(refused.status, 503, "{}", refused.json);
-    let why = refused.json["error"].as_str().unwrap_or_default();
+    let why = refused.error();
     assert!(why.contains("enforces Pod Security baseline"), "{why}");
 
     // The operator relabels it (functions/kubernetes-rbac.yaml's `# STACK_EXPOSURE` line).

@@ -106,11 +106,7 @@ async fn each_limit_set_too_low_is_no_go_with_what_is_missing() {
         )
         .await;
     assert_eq!(bad.status, 400, "{}", bad.json);
-    assert!(
-        bad.json["error"].as_str().unwrap_or_default().starts_with("stacks[0]"),
-        "{}",
-        bad.json
-    );
+    assert!(bad.error().starts_with("stacks[0]"), "{}", bad.json);
     api.finish().await;
 }
 

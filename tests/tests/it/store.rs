@@ -261,7 +261,7 @@ async fn manifests_at_the_validator_limits_are_stored_whole_or_refused_before_an
                 assert_eq!(deleted.status, 200);
             }
             400 => {
-                let message = created.json["error"].as_str().unwrap();
+                let message = created.error();
                 assert!(
                     message.starts_with("invalid pod spec: manifest is"),
                     "{content}: {message}"

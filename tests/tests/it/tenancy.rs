@@ -248,7 +248,7 @@ async fn a_tenants_limit_holds_under_a_burst_and_other_tenants_are_unaffected() 
             ("ctf", 201) => admitted += 1,
             ("ctf", 503) => {
                 assert!(reply.headers.contains_key("retry-after"), "503 without Retry-After");
-                let message = reply.json["error"].as_str().unwrap_or_default();
+                let message = reply.error();
                 assert!(message.contains("tenant ctf holds its limit of 3"), "{message}");
             }
             ("wargame", 201) => {}
