@@ -6,17 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::EnvError;
 
-const KUBECONFIG: &str = "KUBECONFIG";
 const DYNAMODB_ENDPOINT: &str = "AWS_ENDPOINT_URL_DYNAMODB";
-const REGION: &str = "AWS_REGION";
-const ACCESS_KEY_ID: &str = "AWS_ACCESS_KEY_ID";
-const SECRET_ACCESS_KEY: &str = "AWS_SECRET_ACCESS_KEY";
-const TABLE: &str = "DDB_STACK_TABLE";
-const STATE_DIR: &str = "STACK_ENV_STATE_DIR";
-const REGISTRY: &str = "STACK_ENV_REGISTRY";
-const SLOW_REGISTRY: &str = "STACK_ENV_SLOW_REGISTRY";
-const REAL_NODES: &str = "STACK_ENV_REAL_NODES";
-const INTERNET_HOST: &str = "STACK_ENV_INTERNET_HOST";
 
 /// Connection settings of the local environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,17 +56,19 @@ impl EnvSettings {
         let optional = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
         let required = |name: &str| optional(name).ok_or_else(|| EnvError::NotConfigured(format!("{name} is not set")));
         Ok(Self {
-            kubeconfig: PathBuf::from(required(KUBECONFIG)?),
+            kubeconfig: PathBuf::from(required("KUBECONFIG")?),
             dynamodb_endpoint: required(DYNAMODB_ENDPOINT)?,
-            region: required(REGION)?,
-            access_key_id: required(ACCESS_KEY_ID)?,
-            secret_access_key: required(SECRET_ACCESS_KEY)?,
-            table: optional(TABLE).unwrap_or_else(|| "stacks".to_owned()),
-            state_dir: optional(STATE_DIR).map(PathBuf::from),
-            registry: optional(REGISTRY),
-            slow_registry: optional(SLOW_REGISTRY),
-            real_nodes: lookup(REAL_NODES).and_then(|v| v.trim().parse().ok()).unwrap_or(0),
-            internet_host: optional(INTERNET_HOST),
+            region: required("AWS_REGION")?,
+            access_key_id: required("AWS_ACCESS_KEY_ID")?,
+            secret_access_key: required("AWS_SECRET_ACCESS_KEY")?,
+            table: optional("DDB_STACK_TABLE").unwrap_or_else(|| "stacks".to_owned()),
+            state_dir: optional("STACK_ENV_STATE_DIR").map(PathBuf::from),
+            registry: optional("STACK_ENV_REGISTRY"),
+            slow_registry: optional("STACK_ENV_SLOW_REGISTRY"),
+            real_nodes: lookup("STACK_ENV_REAL_NODES")
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0),
+            internet_host: optional("STACK_ENV_INTERNET_HOST"),
         })
     }
 }
