@@ -30,6 +30,15 @@ const START_BOUND: Duration = Duration::from_secs(60);
 /// A banner with probes: each closed target may cost the probe's 2 s.
 const PROBES_BOUND: Duration = Duration::from_secs(30);
 
+/// Host-port stacks on ports `min` to `max` of the real nodes.
+fn host_ports(min: &'static str, max: &'static str) -> [(&'static str, &'static str); 3] {
+    [
+        ("STACK_EXPOSURE", "hostport"),
+        ("STACK_NODEPORT_MIN", min),
+        ("STACK_NODEPORT_MAX", max),
+    ]
+}
+
 /// `probe <target>: open|closed` lines of a banner, by target.
 fn probes(banner: &str) -> BTreeMap<String, String> {
     banner
@@ -155,12 +164,7 @@ async fn control_pod(api: &ApiHarness, targets: &str, lookups: &str) -> (Api<Pod
 
 #[tokio::test]
 async fn a_stack_reaches_dns_and_the_internet_and_nothing_private_and_no_stack_reaches_it() {
-    let api = ApiHarness::on_real_nodes_with_tenants(&[
-        ("STACK_EXPOSURE", "hostport"),
-        ("STACK_NODEPORT_MIN", "32720"),
-        ("STACK_NODEPORT_MAX", "32723"),
-    ])
-    .await;
+    let api = ApiHarness::on_real_nodes_with_tenants(&host_ports("32720", "32723")).await;
     let create_as = |key: &'static str, manifest: String| {
         let api = &api;
         async move {
@@ -297,12 +301,7 @@ async fn a_stack_reaches_dns_and_the_internet_and_nothing_private_and_no_stack_r
 #[tokio::test]
 async fn without_an_enforcer_a_stack_fails_isolation_not_enforced_instead_of_running_open() {
     use stack_tests::env::processes::Component;
-    let api = ApiHarness::on_real_nodes_alone(&[
-        ("STACK_EXPOSURE", "hostport"),
-        ("STACK_NODEPORT_MIN", "32724"),
-        ("STACK_NODEPORT_MAX", "32725"),
-    ])
-    .await;
+    let api = ApiHarness::on_real_nodes_alone(&host_ports("32724", "32725")).await;
     let settings = api.env.settings.clone();
     // The enforcer of every node stops: a new pod gets no rules.
     let paused: Vec<_> = (1..=settings.real_nodes)
