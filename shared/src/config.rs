@@ -100,9 +100,7 @@ pub struct Config {
     pub require_isolation: bool,
     pub table: String,
     pub consistent_read: bool,
-    pub kubeconfig: Option<String>,
-    pub kube_context: Option<String>,
-    pub eks_cluster_name: Option<String>,
+    pub cluster: ClusterTarget,
     pub kube_qps: f32,
     pub kube_burst: u32,
     pub api_key_enabled: bool,
@@ -121,6 +119,16 @@ pub struct Config {
     pub challenge_label: String,
     /// What the pre-pull keeps on the stack nodes.
     pub prepull: PrepullPolicy,
+}
+
+/// Where the functions' cluster is: an EKS cluster by name, with token auth
+/// (`EKS_CLUSTER_NAME`), else a kubeconfig (`K8S_KUBECONFIG`, else `KUBECONFIG` or
+/// `~/.kube/config`) and its context (`K8S_CONTEXT`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterTarget {
+    pub eks_cluster_name: Option<String>,
+    pub kubeconfig: Option<String>,
+    pub context: Option<String>,
 }
 
 /// What stacks may reach and what may reach them, the operator's choices
@@ -270,9 +278,11 @@ impl Config {
             require_isolation: env.parse("STACK_REQUIRE_ISOLATION", true, parse_bool),
             table: env.string("DDB_STACK_TABLE").unwrap_or_else(|| "stacks".into()),
             consistent_read: env.parse("DDB_CONSISTENT_READ", true, parse_bool),
-            kubeconfig: env.string("K8S_KUBECONFIG"),
-            kube_context: env.string("K8S_CONTEXT"),
-            eks_cluster_name: env.string("EKS_CLUSTER_NAME"),
+            cluster: ClusterTarget {
+                eks_cluster_name: env.string("EKS_CLUSTER_NAME"),
+                kubeconfig: env.string("K8S_KUBECONFIG"),
+                context: env.string("K8S_CONTEXT"),
+            },
             kube_qps: env.parse("K8S_CLIENT_QPS", 50.0, parse_positive_f32),
             kube_burst: env.parse("K8S_CLIENT_BURST", 100, parse_num),
             api_key_enabled,

@@ -58,18 +58,18 @@ pub fn apply_client_limits(config: &mut kube::Config) {
 /// Builds the client: EKS token auth when `EKS_CLUSTER_NAME` is set, otherwise the kubeconfig
 /// (`K8S_KUBECONFIG`, else `KUBECONFIG`/`~/.kube/config`) and `K8S_CONTEXT`.
 pub(crate) async fn connect(config: &Config, aws: &aws_config::SdkConfig) -> Result<kube::Client, ClusterError> {
-    if let Some(cluster) = &config.eks_cluster_name {
+    if let Some(cluster) = &config.cluster.eks_cluster_name {
         return eks_kube_client(aws, cluster, TIMEOUTS)
             .await
             .map_err(|e| ClusterError::Setup(e.to_string()));
     }
-    let kubeconfig = match &config.kubeconfig {
+    let kubeconfig = match &config.cluster.kubeconfig {
         Some(path) => Kubeconfig::read_from(path),
         None => Kubeconfig::read(),
     }
     .map_err(|e| ClusterError::Setup(format!("reading kubeconfig: {e}")))?;
     let options = KubeConfigOptions {
-        context: config.kube_context.clone(),
+        context: config.cluster.context.clone(),
         ..KubeConfigOptions::default()
     };
     let mut client_config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)

@@ -73,7 +73,7 @@ fn refuses_connections(err: &ClusterError) -> bool {
 
 /// Where the configuration says the cluster is, for the message.
 fn describe_cluster(config: &Config) -> String {
-    match (&config.eks_cluster_name, &config.kubeconfig) {
+    match (&config.cluster.eks_cluster_name, &config.cluster.kubeconfig) {
         (Some(name), _) => format!("EKS cluster {name} (EKS_CLUSTER_NAME)"),
         (None, Some(path)) => format!("the kubeconfig {path} (K8S_KUBECONFIG)"),
         (None, None) => "the default kubeconfig (EKS_CLUSTER_NAME is not set)".to_owned(),
