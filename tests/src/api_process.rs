@@ -69,10 +69,10 @@ impl ApiProcess {
             ("STACK_PROXY_SYNC", "0s"),
             ("STACK_IMAGE_ALLOWLIST", ""),
             ("K8S_KUBECONFIG", &kubeconfig),
-            ("AWS_ENDPOINT_URL_DYNAMODB", &settings.dynamodb_endpoint),
-            ("AWS_REGION", &settings.region),
-            ("AWS_ACCESS_KEY_ID", &settings.access_key_id),
-            ("AWS_SECRET_ACCESS_KEY", &settings.secret_access_key),
+            ("AWS_ENDPOINT_URL_DYNAMODB", &settings.dynamodb.endpoint),
+            ("AWS_REGION", &settings.dynamodb.region),
+            ("AWS_ACCESS_KEY_ID", &settings.dynamodb.access_key_id),
+            ("AWS_SECRET_ACCESS_KEY", &settings.dynamodb.secret_access_key),
             ("RUST_LOG", "error"),
         ]
         .into_iter()

@@ -19,16 +19,16 @@ const TABLE_ACTIVE_TIMEOUT: Duration = Duration::from_secs(30);
 /// falls back to the default provider chain (which could probe instance metadata).
 pub fn dynamodb_client(settings: &EnvSettings) -> Client {
     let credentials = Credentials::new(
-        &settings.access_key_id,
-        &settings.secret_access_key,
+        &settings.dynamodb.access_key_id,
+        &settings.dynamodb.secret_access_key,
         None,
         None,
         "stack-tests-env",
     );
     let config = aws_sdk_dynamodb::Config::builder()
         .behavior_version(BehaviorVersion::latest())
-        .region(Region::new(settings.region.clone()))
-        .endpoint_url(&settings.dynamodb_endpoint)
+        .region(Region::new(settings.dynamodb.region.clone()))
+        .endpoint_url(&settings.dynamodb.endpoint)
         .credentials_provider(credentials)
         .http_client(stack_core::https_client())
         .build();

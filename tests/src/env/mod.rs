@@ -31,7 +31,7 @@ pub use cluster::{TEST_NAMESPACE_LABEL, TestNamespace, kube_client, kube_config}
 pub use dynamodb::{TestTable, create_table, dynamodb_client};
 pub use error::EnvError;
 pub use nodes::{SIMULATED_ROLE, SimulatedNode};
-pub use settings::{EnvSettings, env_file_path, parse_env_file};
+pub use settings::{DynamoDbLocal, EnvSettings, env_file_path, parse_env_file};
 pub use template::TableDefinition;
 pub use wait::wait_for;
 

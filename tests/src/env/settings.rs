@@ -12,10 +12,7 @@ const DYNAMODB_ENDPOINT: &str = "AWS_ENDPOINT_URL_DYNAMODB";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EnvSettings {
     pub kubeconfig: PathBuf,
-    pub dynamodb_endpoint: String,
-    pub region: String,
-    pub access_key_id: String,
-    pub secret_access_key: String,
+    pub dynamodb: DynamoDbLocal,
     /// The table `up` created for the API (tests make their own).
     pub table: String,
     /// Where `up` keeps pid files and logs (to stop and continue a component in fault tests).
@@ -29,6 +26,16 @@ pub struct EnvSettings {
     pub real_nodes: usize,
     /// A public address of this machine the real nodes' pods reach as the internet, if any.
     pub internet_host: Option<String>,
+}
+
+/// DynamoDB Local as `up` runs it: its endpoint, and the region and static dummy credentials a
+/// client signs with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DynamoDbLocal {
+    pub endpoint: String,
+    pub region: String,
+    pub access_key_id: String,
+    pub secret_access_key: String,
 }
 
 impl EnvSettings {
@@ -57,10 +64,12 @@ impl EnvSettings {
         let required = |name: &str| optional(name).ok_or_else(|| EnvError::NotConfigured(format!("{name} is not set")));
         Ok(Self {
             kubeconfig: PathBuf::from(required("KUBECONFIG")?),
-            dynamodb_endpoint: required(DYNAMODB_ENDPOINT)?,
-            region: required("AWS_REGION")?,
-            access_key_id: required("AWS_ACCESS_KEY_ID")?,
-            secret_access_key: required("AWS_SECRET_ACCESS_KEY")?,
+            dynamodb: DynamoDbLocal {
+                endpoint: required(DYNAMODB_ENDPOINT)?,
+                region: required("AWS_REGION")?,
+                access_key_id: required("AWS_ACCESS_KEY_ID")?,
+                secret_access_key: required("AWS_SECRET_ACCESS_KEY")?,
+            },
             table: optional("DDB_STACK_TABLE").unwrap_or_else(|| "stacks".to_owned()),
             state_dir: optional("STACK_ENV_STATE_DIR").map(PathBuf::from),
             registry: optional("STACK_ENV_REGISTRY"),
@@ -111,8 +120,8 @@ mod tests {
         let vars = parse_env_file(ENV_SH);
         let settings = EnvSettings::from_lookup(|n| vars.get(n).cloned()).expect("complete settings");
         assert_eq!(settings.kubeconfig, PathBuf::from("/w/tests/env/.state/kubeconfig"));
-        assert_eq!(settings.dynamodb_endpoint, "http://127.0.0.1:40123");
-        assert_eq!(settings.region, "us-east-1");
+        assert_eq!(settings.dynamodb.endpoint, "http://127.0.0.1:40123");
+        assert_eq!(settings.dynamodb.region, "us-east-1");
         assert_eq!(settings.table, "stacks");
     }
 

@@ -188,10 +188,10 @@ fn lambda_variables(definition: &FunctionDefinition, settings: &EnvSettings) -> 
         ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", definition.memory_mb.to_string()),
         ("AWS_LAMBDA_FUNCTION_TIMEOUT", definition.timeout_seconds.to_string()),
         ("AWS_LAMBDA_INITIALIZATION_TYPE", "on-demand".to_owned()),
-        ("AWS_REGION", settings.region.clone()),
-        ("AWS_DEFAULT_REGION", settings.region.clone()),
-        ("AWS_ACCESS_KEY_ID", settings.access_key_id.clone()),
-        ("AWS_SECRET_ACCESS_KEY", settings.secret_access_key.clone()),
+        ("AWS_REGION", settings.dynamodb.region.clone()),
+        ("AWS_DEFAULT_REGION", settings.dynamodb.region.clone()),
+        ("AWS_ACCESS_KEY_ID", settings.dynamodb.access_key_id.clone()),
+        ("AWS_SECRET_ACCESS_KEY", settings.dynamodb.secret_access_key.clone()),
         ("_HANDLER", "bootstrap".to_owned()),
         ("LANG", "en_US.UTF-8".to_owned()),
         ("TZ", ":UTC".to_owned()),
@@ -208,7 +208,7 @@ fn local_endpoints(settings: &EnvSettings) -> BTreeMap<String, String> {
     BTreeMap::from([
         (
             "AWS_ENDPOINT_URL_DYNAMODB".to_owned(),
-            settings.dynamodb_endpoint.clone(),
+            settings.dynamodb.endpoint.clone(),
         ),
         ("K8S_KUBECONFIG".to_owned(), settings.kubeconfig.display().to_string()),
     ])
