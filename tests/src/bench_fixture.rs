@@ -70,6 +70,8 @@ pub struct RealNodeStacks {
     /// `--isolation-check`: whether stacks wait for their isolation to be enforced
     /// (`STACK_ISOLATION_CHECK_IMAGE`); on unless `off`.
     pub isolation_check: bool,
+    /// `--cpu-limits`: the API's `STACK_CPU_LIMITS`; on unless `off`.
+    pub cpu_limits: bool,
 }
 
 impl RealNodeStacks {
@@ -80,6 +82,7 @@ impl RealNodeStacks {
             cpu: args.text("--cpu", default_cpu),
             poll: Duration::from_millis(args.number("--poll-ms", 100)),
             isolation_check: args.on("--isolation-check"),
+            cpu_limits: args.on("--cpu-limits"),
         }
     }
 
@@ -96,12 +99,18 @@ impl RealNodeStacks {
             }
         }
         settings.push(("STACK_EXPOSURE", self.exposure.clone()));
+        settings.push(("STACK_CPU_LIMITS", self.cpu_limits.to_string()));
         settings
     }
 
-    /// `on` or `off`, as the benchmarks print the isolation check.
-    pub fn isolation_check_state(&self) -> &'static str {
-        if self.isolation_check { "on" } else { "off" }
+    /// How the benchmarks print the isolation check and the CPU limits.
+    pub fn settings_said(&self) -> String {
+        let on = |yes: bool| if yes { "on" } else { "off" };
+        format!(
+            "isolation check {}, cpu limits {}",
+            on(self.isolation_check),
+            on(self.cpu_limits)
+        )
     }
 }
 

@@ -23,6 +23,9 @@ pub struct ValidationPolicy {
     pub max_cpu_milli: Option<i64>,
     /// `STACK_MAX_MEMORY_BYTES`: ceiling on the pod's effective memory request.
     pub max_memory_bytes: Option<i64>,
+    /// `STACK_CPU_LIMITS`: a container's CPU is also its limit (a CFS quota); `false` leaves it
+    /// a request only, the stack's share of its node when the node is busy.
+    pub cpu_limits: bool,
     /// `STACK_EPHEMERAL_STORAGE_LIMIT` in bytes: the stack's ephemeral-storage budget, shared by
     /// the limits of all its containers, and the cap on every emptyDir `sizeLimit`.
     pub ephemeral_storage_limit: i64,
@@ -76,6 +79,7 @@ impl ValidationPolicy {
             max_lifetime_secs,
             max_cpu_milli: env.parse_opt("STACK_MAX_CPU_MILLI", parse_positive),
             max_memory_bytes: env.parse_opt("STACK_MAX_MEMORY_BYTES", parse_positive),
+            cpu_limits: env.parse("STACK_CPU_LIMITS", true, parse_bool),
             ephemeral_storage_limit,
             image_allowlist: env.list("STACK_IMAGE_ALLOWLIST").unwrap_or_default(),
             runtime_class: env.string("STACK_RUNTIME_CLASS"),

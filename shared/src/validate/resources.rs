@@ -3,6 +3,9 @@
 //! Each container must give CPU and memory (in requests or limits). Both are normalized to
 //! requests = limits = the limit when given, else the request: the stack reserves what it may
 //! use (Guaranteed QoS), so nodes are never overcommitted. A request above its limit is refused.
+//! With `STACK_CPU_LIMITS=false` CPU stays a request only: no CFS quota, so a stack starts at
+//! the node's idle speed (runc's init needs ~60 ms of CPU, over a second under a 50m quota) and
+//! may use idle CPU, while a busy node still shares itself by requests (Burstable QoS).
 //! The pod's effective request follows Kubernetes: max(sum of app containers and sidecars, the
 //! largest init step), and is refused (400, not a pending pod and a 503 later) above the
 //! configured per-stack ceilings or above what any node could hold.
@@ -45,15 +48,16 @@ pub(super) struct StackResources {
 pub(super) fn normalize(spec: &mut PodSpec, policy: &ValidationPolicy) -> Result<StackResources, Rejection> {
     let mut storage = plan_storage(spec, policy)?.into_iter();
     let mut next_share = || storage.next().unwrap_or(policy.ephemeral_storage_limit);
+    let cpu_limit = policy.cpu_limits;
     let mut apps = StackResources::default();
     for (index, container) in spec.containers.iter_mut().enumerate() {
-        let own = normalize_container(container, ContainerPath { init: false, index }, next_share())?;
+        let own = normalize_container(container, ContainerPath { init: false, index }, next_share(), cpu_limit)?;
         apps = add(apps, own)?;
     }
     let mut sidecars = StackResources::default();
     let mut init_peak = StackResources::default();
     for (index, container) in spec.init_containers.iter_mut().flatten().enumerate() {
-        let own = normalize_container(container, ContainerPath { init: true, index }, next_share())?;
+        let own = normalize_container(container, ContainerPath { init: true, index }, next_share(), cpu_limit)?;
         // A sidecar keeps running next to everything started after it; a plain init
         // container runs alone with the sidecars started before it.
         let step = if container.restart_policy.as_deref() == Some("Always") {
@@ -126,6 +130,7 @@ fn normalize_container(
     container: &mut Container,
     at: ContainerPath,
     storage_limit: i64,
+    cpu_limit: bool,
 ) -> Result<StackResources, Rejection> {
     let ResourceRequirements {
         claims,
@@ -172,6 +177,9 @@ fn normalize_container(
     }
     let mut new_limits = new_requests.clone();
     new_limits.insert(EPHEMERAL_STORAGE.to_owned(), Quantity(format_bytes(storage_limit)));
+    if !cpu_limit {
+        new_limits.remove(CPU);
+    }
     container.resources = Some(ResourceRequirements {
         claims: None,
         limits: Some(new_limits),

@@ -26,6 +26,7 @@ pub(super) fn policy() -> ValidationPolicy {
         max_lifetime_secs: 8 * 3600,
         max_cpu_milli: Some(4000),
         max_memory_bytes: Some(8 << 30),
+        cpu_limits: true,
         ephemeral_storage_limit: 1 << 30,
         image_allowlist: Vec::new(),
         runtime_class: None,

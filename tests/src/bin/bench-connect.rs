@@ -6,7 +6,7 @@
 //! cargo build --release -p stack-api -p stack-tests --bin stack-api --bin bench-connect
 //! target/release/bench-connect [--bursts 1,25,50,75] [--sequential 10] [--exposure hostport|nodeport]
 //!                              [--cpu 50m] [--poll-ms 100] [--rounds 1] [--proxy-sync 1s]
-//!                              [--isolation-check on|off]
+//!                              [--isolation-check on|off] [--cpu-limits on|off]
 //! ```
 //!
 //! Prints, per burst: create → `running` and create → first successful read (p50/p95/p99/max),
@@ -96,10 +96,10 @@ async fn run(env: &TestEnv, options: &Options, registry: &str, fixture: &mut Ben
         .await
         .map_err(|e| e.to_string())?;
     println!(
-        "bench-connect: STACK_EXPOSURE={} (STACK_PROXY_SYNC={}, isolation check {}), {} real nodes, challenge {} (cpu {}), status polled every {} ms",
+        "bench-connect: STACK_EXPOSURE={} (STACK_PROXY_SYNC={}, {}), {} real nodes, challenge {} (cpu {}), status polled every {} ms",
         options.stack.exposure,
         options.proxy_sync,
-        options.stack.isolation_check_state(),
+        options.stack.settings_said(),
         env.settings.real_nodes,
         real_nodes::image(registry, "tcp"),
         options.stack.cpu,
@@ -191,5 +191,8 @@ fn report(label: &str, outcomes: &[Outcome]) {
     );
     for failure in failed.iter().take(3) {
         println!("    failed: {failure}");
+    }
+    for refusal in outcomes.iter().filter_map(|o| o.first_refusal.as_deref()).take(3) {
+        println!("    refused after running: {refusal}");
     }
 }

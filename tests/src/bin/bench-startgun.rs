@@ -8,6 +8,7 @@
 //!                               [--bandwidth-mb 20] [--total-bandwidth-mb 0] [--latency-ms 30]
 //!                               [--scenarios cold,warm,prepulled[,join]] [--poll-ms 100]
 //!                               [--exposure hostport|nodeport] [--isolation-check on|off]
+//!                               [--cpu-limits on|off]
 //!                               [--reconcile-every-s 60]
 //! ```
 //!
@@ -202,11 +203,11 @@ async fn run(env: &TestEnv, options: &Options, fixture: &mut BenchFixture) -> Re
         reconciler,
     };
     println!(
-        "bench-startgun: {stacks} stacks at once on {} real nodes (cpu {}), STACK_EXPOSURE={}, isolation check {}, status polled every {} ms; registry {}",
+        "bench-startgun: {stacks} stacks at once on {} real nodes (cpu {}), STACK_EXPOSURE={}, {}, status polled every {} ms; registry {}",
         env.settings.real_nodes,
         options.stack.cpu,
         options.stack.exposure,
-        options.stack.isolation_check_state(),
+        options.stack.settings_said(),
         options.stack.poll.as_millis(),
         options.throttle.describe()
     );

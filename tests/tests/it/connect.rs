@@ -143,7 +143,30 @@ async fn the_runtime_applies_the_forced_hardening_seen_from_inside() {
         Some("absent"),
         "no service account token: {said}"
     );
+    assert_eq!(
+        status_field(&said, "cpu_quota"),
+        Some("20000/100000"),
+        "the manifest's 200m CPU limit is a CFS quota: {said}"
+    );
 
+    delete(&api, &id).await;
+    api.finish().await;
+}
+
+#[tokio::test]
+async fn without_cpu_limits_a_stack_runs_without_a_cpu_quota() {
+    let api = on_real_nodes("hostport", (32712, 32713), &[("STACK_CPU_LIMITS", "false")]).await;
+    let challenge = Challenge::local(api.registry(), "tcp").with_cpu("75m");
+    let (id, address) = create_running(&api, &challenge, json!(8080)).await;
+    let said = banner(address).await;
+    assert_eq!(status_field(&said, "cpu_quota"), Some("none"), "{said}");
+    assert_eq!(status_field(&said, "Seccomp"), Some("2"), "the hardening holds: {said}");
+    let stack = api.call(Method::GET, &format!("/stacks/{id}"), None).await;
+    assert_eq!(
+        stack.json["requested_cpu_milli"], 75,
+        "the limit became the request: {}",
+        stack.json
+    );
     delete(&api, &id).await;
     api.finish().await;
 }

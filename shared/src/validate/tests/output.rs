@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use super::{base, edited, init_container, policy, run, set, stack_id, tcp};
-use crate::model::{MANAGED_BY_LABEL, Protocol, STACK_ID_LABEL, TargetPort};
+use crate::model::{ISOLATION_CHECK_CONTAINER, MANAGED_BY_LABEL, Protocol, STACK_ID_LABEL, TargetPort};
 use crate::validate::{HardenedPod, ValidationPolicy, validate};
 
 #[test]
@@ -317,6 +317,42 @@ fn empty_dirs_get_a_capped_size_limit() {
             &json!("1Gi"),
             &Value::Null
         ]
+    );
+}
+
+#[test]
+fn without_cpu_limits_a_container_keeps_its_cpu_as_a_request_and_its_memory_limit() {
+    let policy = ValidationPolicy {
+        cpu_limits: false,
+        isolation_check_image: Some("registry.example/busybox:1".into()),
+        ..policy()
+    };
+    let init = json!({"name": "init", "image": "busybox", "resources": {"limits": {"cpu": "100m", "memory": "16Mi"}}});
+    let edits = [
+        (
+            "/spec/containers/0/resources",
+            json!({"limits": {"cpu": "75m", "memory": "32Mi"}}),
+        ),
+        ("/spec/initContainers", json!([init])),
+    ];
+    let hardened = validate(&edited(&edits), &[tcp(80)], &stack_id(), &policy).unwrap();
+    let spec = serde_json::to_value(hardened.pod.spec.as_ref().unwrap()).unwrap();
+    let resources = |path: &str| spec.pointer(path).cloned().unwrap_or_default();
+    let challenge = resources("/containers/0/resources");
+    assert_eq!(challenge["requests"], json!({"cpu": "75m", "memory": "32Mi"}));
+    assert_eq!(challenge["limits"].get("cpu"), None, "{challenge}");
+    assert_eq!(challenge["limits"]["memory"], "32Mi");
+    // Every container, the isolation check first: a single CPU limit would give the pod a quota.
+    for (index, name) in [(0, ISOLATION_CHECK_CONTAINER), (1, "init")] {
+        let init = resources(&format!("/initContainers/{index}"));
+        assert_eq!(init["name"], name);
+        assert!(init["resources"]["requests"]["cpu"].is_string(), "{init}");
+        assert_eq!(init["resources"]["limits"].get("cpu"), None, "{init}");
+        assert!(init["resources"]["limits"]["memory"].is_string(), "{init}");
+    }
+    assert_eq!(
+        hardened.requested_cpu_milli, 100,
+        "the init step's request still counts"
     );
 }
 
