@@ -63,7 +63,7 @@ impl BenchArgs {
 pub struct RealNodeStacks {
     /// `--exposure`: the API's `STACK_EXPOSURE` (default `hostport`).
     pub exposure: String,
-    /// `--cpu`: each challenge's CPU request.
+    /// `--cpu`: each challenge's CPU (its manifest's limit).
     pub cpu: String,
     /// `--poll-ms`: how often each client polls its stack's status (default 100 ms).
     pub poll: Duration,
@@ -87,8 +87,8 @@ impl RealNodeStacks {
     }
 
     /// The API's settings for these stacks: [`real_nodes::api_settings`] of `registry` with
-    /// `STACK_EXPOSURE`, and the isolation check image blank when the check is off (set blank,
-    /// not left out: the API process would inherit env.sh's).
+    /// `STACK_EXPOSURE` and `STACK_CPU_LIMITS`, and the isolation check image blank when the
+    /// check is off (set blank, not left out: the API process would inherit env.sh's).
     pub fn api_settings(&self, registry: &str) -> Vec<(&'static str, String)> {
         let mut settings = real_nodes::api_settings(registry);
         if !self.isolation_check {

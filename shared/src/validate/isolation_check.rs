@@ -29,7 +29,7 @@ pub(super) fn init_container(image: &str) -> Container {
     // Every 0.2 s for the first 2 s (one stack alone is enforced by then), then every second:
     // in a burst of 50 the enforcer takes tens of seconds, and each try forks two processes
     // on the nodes' busy CPU.
-    let tries = QUICK_TRIES + CHECK_SECONDS - 2;
+    let tries = QUICK_TRIES + CHECK_SECONDS - QUICK_TRIES / 5;
     let script = format!(
         "i=0; pause=0.2; while nc -w 1 \"$NODE_IP\" {KUBELET_PORT} -e true 2>/dev/null; do \
          i=$((i+1)); if [ \"$i\" -ge {tries} ]; then \
@@ -37,7 +37,12 @@ pub(super) fn init_container(image: &str) -> Container {
          is the cluster's NetworkPolicy enforcement on?\" >&2; exit 1; fi; \
          if [ \"$i\" -ge {QUICK_TRIES} ]; then pause=1; fi; sleep $pause; done"
     );
-    let quantity = |q: &str| Quantity(q.to_owned());
+    let quantities = |pairs: &[(&str, &str)]| -> BTreeMap<String, Quantity> {
+        pairs
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), Quantity((*value).to_owned())))
+            .collect()
+    };
     Container {
         name: ISOLATION_CHECK_CONTAINER.to_owned(),
         image: Some(image.to_owned()),
@@ -54,16 +59,12 @@ pub(super) fn init_container(image: &str) -> Container {
             value: None,
         }]),
         resources: Some(ResourceRequirements {
-            requests: Some(
-                [("cpu", "10m"), ("memory", "16Mi")]
-                    .map(|(k, v)| (k.to_owned(), quantity(v)))
-                    .into(),
-            ),
+            requests: Some(quantities(&[("cpu", "10m"), ("memory", "16Mi")])),
             // No CPU limit: the kubelet gives the pod a CFS quota only when every container
             // has one, and under it the sandbox's and this check's start crawl (runc's init
             // alone needs ~40 ms of CPU: 0.4 s at 100m). The script is ours, not the
             // participant's, and the challenge's own containers keep their limits.
-            limits: Some(BTreeMap::from([("memory".to_owned(), quantity("16Mi"))])),
+            limits: Some(quantities(&[("memory", "16Mi")])),
             ..ResourceRequirements::default()
         }),
         // The script's last line becomes the failed stack's message.

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use http::Method;
 use serde_json::{Value, json};
-use stack_tests::api::{ApiHarness, Reply};
+use stack_tests::api::{ApiHarness, Reply, exposed_on};
 use stack_tests::challenges::Challenge;
 use stack_tests::participant::{
     CAP_NET_RAW, address_of, has_capability, http_get, read_all, status_field, time_until_refused,
@@ -26,11 +26,7 @@ const GONE_BOUND: Duration = Duration::from_secs(15);
 /// A harness over the real nodes whose stacks take `ports` (inclusive) of the range.
 async fn on_real_nodes(exposure: &str, ports: (u16, u16), extra: &[(&str, &str)]) -> ApiHarness {
     let (min, max) = (ports.0.to_string(), ports.1.to_string());
-    let mut vars = vec![
-        ("STACK_EXPOSURE", exposure),
-        ("STACK_NODEPORT_MIN", min.as_str()),
-        ("STACK_NODEPORT_MAX", max.as_str()),
-    ];
+    let mut vars = exposed_on(exposure, &min, &max).to_vec();
     vars.extend_from_slice(extra);
     ApiHarness::on_real_nodes(&vars).await
 }

@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use serde_json::json;
-use stack_tests::api::{API_KEY, ApiHarness};
+use stack_tests::api::{API_KEY, ApiHarness, exposed_on};
 use stack_tests::challenges::Challenge;
 use stack_tests::env::{cluster_dns, real_nodes, unique_name};
 use stack_tests::participant::{address_of, read_all, read_all_within};
@@ -29,15 +29,6 @@ use tokio::net::TcpListener;
 const START_BOUND: Duration = Duration::from_secs(60);
 /// A banner with probes: each closed target may cost the probe's 2 s.
 const PROBES_BOUND: Duration = Duration::from_secs(30);
-
-/// Host-port stacks on ports `min` to `max` of the real nodes.
-fn host_ports(min: &'static str, max: &'static str) -> [(&'static str, &'static str); 3] {
-    [
-        ("STACK_EXPOSURE", "hostport"),
-        ("STACK_NODEPORT_MIN", min),
-        ("STACK_NODEPORT_MAX", max),
-    ]
-}
 
 /// `probe <target>: open|closed` lines of a banner, by target.
 fn probes(banner: &str) -> BTreeMap<String, String> {
@@ -164,7 +155,7 @@ async fn control_pod(api: &ApiHarness, targets: &str, lookups: &str) -> (Api<Pod
 
 #[tokio::test]
 async fn a_stack_reaches_dns_and_the_internet_and_nothing_private_and_no_stack_reaches_it() {
-    let api = ApiHarness::on_real_nodes_with_tenants(&host_ports("32720", "32723")).await;
+    let api = ApiHarness::on_real_nodes_with_tenants(&exposed_on("hostport", "32720", "32723")).await;
     let create_as = |key: &'static str, manifest: String| {
         let api = &api;
         async move {
@@ -301,7 +292,7 @@ async fn a_stack_reaches_dns_and_the_internet_and_nothing_private_and_no_stack_r
 #[tokio::test]
 async fn without_an_enforcer_a_stack_fails_isolation_not_enforced_instead_of_running_open() {
     use stack_tests::env::processes::Component;
-    let api = ApiHarness::on_real_nodes_alone(&host_ports("32724", "32725")).await;
+    let api = ApiHarness::on_real_nodes_alone(&exposed_on("hostport", "32724", "32725")).await;
     let settings = api.env.settings.clone();
     // The enforcer of every node stops: a new pod gets no rules.
     let paused: Vec<_> = (1..=settings.real_nodes)
