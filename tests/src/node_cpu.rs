@@ -1,16 +1,22 @@
 //! CPU time the components of a stack's start use on the real nodes (the kubelets, containerd
-//! with its shims and runc, kube-apiserver, the API process), per started pod: what makes the
-//! benchmarks' figures compare across machines.
+//! with its shims and runc, the NetworkPolicy enforcer, kube-apiserver, the API process), and
+//! the whole machine's, per started pod: what makes the benchmarks' figures compare across
+//! machines. A component's figure counts the children it reaped (containerd's CNI plugins,
+//! kube-router's iptables); the machine's counts every process but niced ones (a build running
+//! beside the benchmark at `nice 19`).
 
 use std::time::Duration;
 
 use crate::env::EnvSettings;
 use crate::env::processes::Component;
 use crate::env::real_nodes;
-use crate::proc_status::cpu_time;
+use crate::proc_status::cpu_time_with_children;
 
-/// CPU time each component has used so far.
-pub struct CpuUse(Vec<(String, u32, Duration)>);
+/// CPU time each component, and the machine, has used so far.
+pub struct CpuUse {
+    components: Vec<(String, u32, Duration)>,
+    machine: Duration,
+}
 
 impl CpuUse {
     pub fn now(settings: &EnvSettings, api_pid: u32) -> Self {
@@ -21,27 +27,28 @@ impl CpuUse {
                 .map(|c| ("kube-apiserver".to_owned(), c.pid())),
         );
         for node in 1..=settings.real_nodes {
-            for part in ["kubelet", "containerd"] {
+            for part in ["kubelet", "containerd", "kube-router"] {
                 let name = format!("{}-{part}", real_nodes::node_name(node));
                 if let Ok(component) = Component::find(settings, &name) {
                     processes.push((part.to_owned(), component.pid()));
                 }
             }
         }
-        Self(
-            processes
+        Self {
+            components: processes
                 .into_iter()
-                .map(|(name, pid)| (name, pid, cpu_time(pid).unwrap_or_default()))
+                .map(|(name, pid)| (name, pid, cpu_time_with_children(pid).unwrap_or_default()))
                 .collect(),
-        )
+            machine: machine_busy().unwrap_or_default(),
+        }
     }
 
     /// CPU ms per started pod by component since [`CpuUse::now`], the nodes' components summed;
     /// `shims`: what the pods' containerd shims (with the runc processes they ran) used.
     pub fn per_pod(&self, pods: usize, shims: Duration) -> String {
         let mut by_part: Vec<(String, Duration)> = Vec::new();
-        for (name, pid, before) in &self.0 {
-            let spent = cpu_time(*pid).unwrap_or(*before).saturating_sub(*before);
+        for (name, pid, before) in &self.components {
+            let spent = cpu_time_with_children(*pid).unwrap_or(*before).saturating_sub(*before);
             match by_part.iter_mut().find(|(n, _)| n == name) {
                 Some((_, total)) => *total += spent,
                 None => by_part.push((name.clone(), spent)),
@@ -50,6 +57,9 @@ impl CpuUse {
         if shims > Duration::ZERO {
             by_part.push(("shims+runc".to_owned(), shims));
         }
+        if let Some(busy) = machine_busy() {
+            by_part.push(("whole machine".to_owned(), busy.saturating_sub(self.machine)));
+        }
         let per_pod = |d: Duration| d.as_secs_f64() * 1000.0 / pods.max(1) as f64;
         let parts: Vec<String> = by_part
             .iter()
@@ -57,6 +67,27 @@ impl CpuUse {
             .collect();
         parts.join(", ")
     }
+}
+
+/// Busy CPU time of the machine since boot, niced processes left out: `/proc/stat`'s first line.
+fn machine_busy() -> Option<Duration> {
+    busy_of(std::fs::read_to_string("/proc/stat").ok()?.lines().next()?)
+}
+
+/// user + system + irq + softirq + steal of a `cpu  user nice system idle iowait irq softirq
+/// steal ...` line, in `USER_HZ` ticks (100 a second).
+fn busy_of(line: &str) -> Option<Duration> {
+    let ticks: Vec<u64> = line
+        .strip_prefix("cpu ")?
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    let busy = [0, 2, 5, 6, 7]
+        .iter()
+        .map(|&i| ticks.get(i).copied())
+        .sum::<Option<u64>>()?;
+    Some(Duration::from_millis(busy * 10))
 }
 
 /// CPU of every containerd shim running now, with the children it reaped (runc).
@@ -71,15 +102,20 @@ pub fn shim_cpu() -> Duration {
             std::fs::read(format!("/proc/{pid}/cmdline"))
                 .is_ok_and(|c| String::from_utf8_lossy(&c).contains("containerd-shim-runc-v2"))
         })
-        .filter_map(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            let fields: Vec<u64> = stat[stat.rfind(')')? + 2..]
-                .split_whitespace()
-                .skip(11)
-                .take(4)
-                .filter_map(|f| f.parse().ok())
-                .collect();
-            Some(Duration::from_millis(fields.iter().sum::<u64>() * 10))
-        })
+        .filter_map(cpu_time_with_children)
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_machine_is_busy_with_all_but_niced_idle_and_waiting_time() {
+        // user nice system idle iowait irq softirq steal guest guest_nice
+        let line = "cpu  100 5000 20 90000 300 3 4 1 0 0";
+        assert_eq!(busy_of(line), Some(Duration::from_millis((100 + 20 + 3 + 4 + 1) * 10)));
+        assert_eq!(busy_of("cpu0 1 2 3 4 5 6 7 8"), None);
+        assert_eq!(busy_of("cpu  1 2 3"), None);
+    }
 }
