@@ -77,6 +77,15 @@ async fn banner(address: SocketAddr) -> String {
         .unwrap_or_else(|e| panic!("{address} refused a participant after `running`: {e}"))
 }
 
+/// What a stack of `challenge` tells a participant once running ([`banner`]); the stack is
+/// deleted before the caller looks at it.
+async fn said_by_a_stack(api: &ApiHarness, challenge: &Challenge, target_port: Value) -> String {
+    let (id, address) = create_running(api, challenge, target_port).await;
+    let said = banner(address).await;
+    delete(api, &id).await;
+    said
+}
+
 #[tokio::test]
 async fn a_participant_reads_the_challenge_in_both_exposure_modes_and_both_client_shapes() {
     let v1 = |protocol: &str| json!([{ "container_port": 8080, "protocol": protocol }]);
@@ -120,9 +129,7 @@ async fn a_participant_reads_the_challenge_in_both_exposure_modes_and_both_clien
 async fn the_runtime_applies_the_forced_hardening_seen_from_inside() {
     let api = on_real_nodes("nodeport", (32748, 32751), &[]).await;
     let challenge = Challenge::local(api.registry(), "tcp");
-    let (id, address) = create_running(&api, &challenge, json!(8080)).await;
-
-    let said = banner(address).await;
+    let said = said_by_a_stack(&api, &challenge, json!(8080)).await;
     assert_eq!(
         status_field(&said, "Seccomp"),
         Some("2"),
@@ -144,8 +151,6 @@ async fn the_runtime_applies_the_forced_hardening_seen_from_inside() {
         Some("20000/100000"),
         "the manifest's 200m CPU limit is a CFS quota: {said}"
     );
-
-    delete(&api, &id).await;
     api.finish().await;
 }
 
@@ -171,8 +176,7 @@ async fn without_cpu_limits_a_stack_runs_without_a_cpu_quota() {
 async fn with_user_namespaces_root_in_a_stack_is_an_unprivileged_user_of_the_node() {
     let api = on_real_nodes("hostport", (32726, 32727), &[("STACK_USER_NAMESPACES", "true")]).await;
     let challenge = Challenge::local(api.registry(), "tcp");
-    let (id, address) = create_running(&api, &challenge, json!(8080)).await;
-    let said = banner(address).await;
+    let said = said_by_a_stack(&api, &challenge, json!(8080)).await;
     assert!(said.lines().next().unwrap_or_default().ends_with("as uid 0"), "{said}");
     // "0 <host uid> 65536": root here is a high, unprivileged uid on the node.
     let map: Vec<u64> = status_field(&said, "uid_map")
@@ -189,14 +193,11 @@ async fn with_user_namespaces_root_in_a_stack_is_an_unprivileged_user_of_the_nod
         Some("2"),
         "the rest of the hardening holds: {said}"
     );
-    delete(&api, &id).await;
 
     // Without the setting, root is the node's root (what the setting exists to change).
     let plain = on_real_nodes("hostport", (32728, 32729), &[]).await;
-    let (id, address) = create_running(&plain, &challenge, json!(8080)).await;
-    let said = banner(address).await;
+    let said = said_by_a_stack(&plain, &challenge, json!(8080)).await;
     assert_eq!(status_field(&said, "uid_map"), Some("0 0 4294967295"), "{said}");
-    delete(&plain, &id).await;
     plain.finish().await;
     api.finish().await;
 }
@@ -207,9 +208,7 @@ async fn an_authors_tightening_is_applied_seen_from_inside() {
     // The tcp image runs as root with a writable root filesystem unless its manifest says not.
     let challenge = Challenge::local(api.registry(), "tcp")
         .with_security_context("{runAsUser: 1000, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}");
-    let (id, address) = create_running(&api, &challenge, json!(8080)).await;
-
-    let said = banner(address).await;
+    let said = said_by_a_stack(&api, &challenge, json!(8080)).await;
     assert!(
         said.lines().next().unwrap_or_default().ends_with("as uid 1000"),
         "runAsUser: {said}"
@@ -229,8 +228,6 @@ async fn an_authors_tightening_is_applied_seen_from_inside() {
     assert_eq!(status_field(&said, "Seccomp"), Some("2"), "{said}");
     assert_eq!(status_field(&said, "NoNewPrivs"), Some("1"), "{said}");
     assert!(said.contains(&challenge.flag), "{said}");
-
-    delete(&api, &id).await;
     api.finish().await;
 }
 
@@ -294,13 +291,11 @@ async fn a_challenge_that_listens_late_answers_its_first_request_once_running() 
 async fn a_non_root_challenge_binds_a_port_below_1024() {
     let api = on_real_nodes("hostport", (32756, 32759), &[]).await;
     let challenge = Challenge::local(api.registry(), "lowport");
-    let (id, address) = create_running(&api, &challenge, json!(80)).await;
-    let said = banner(address).await;
+    let said = said_by_a_stack(&api, &challenge, json!(80)).await;
     assert!(
         said.lines().next().unwrap_or_default().ends_with("as uid 1000"),
         "{said}"
     );
-    delete(&api, &id).await;
     api.finish().await;
 }
 
