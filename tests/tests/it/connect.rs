@@ -65,11 +65,6 @@ async fn create_running(api: &ApiHarness, challenge: &Challenge, target_port: Va
     (id, address)
 }
 
-async fn delete(api: &ApiHarness, id: &str) {
-    let reply = api.call(Method::DELETE, &format!("/stacks/{id}"), None).await;
-    assert_eq!(reply.status, 200, "{}", reply.json);
-}
-
 /// The participant's first connection after `running`, read to the end.
 async fn banner(address: SocketAddr) -> String {
     read_all(address)
@@ -82,7 +77,7 @@ async fn banner(address: SocketAddr) -> String {
 async fn said_by_a_stack(api: &ApiHarness, challenge: &Challenge, target_port: Value) -> String {
     let (id, address) = create_running(api, challenge, target_port).await;
     let said = banner(address).await;
-    delete(api, &id).await;
+    api.delete_stack(&id).await;
     said
 }
 
@@ -114,7 +109,7 @@ async fn a_participant_reads_the_challenge_in_both_exposure_modes_and_both_clien
         );
         assert!(said.contains(&format!("flag: {}", challenge.flag)), "{said}");
 
-        delete(&api, &id).await;
+        api.delete_stack(&id).await;
         let gone = time_until_refused(address, GONE_BOUND).await;
         assert!(
             gone.is_some(),
@@ -168,7 +163,7 @@ async fn without_cpu_limits_a_stack_runs_without_a_cpu_quota() {
         "the limit became the request: {}",
         stack.json
     );
-    delete(&api, &id).await;
+    api.delete_stack(&id).await;
     api.finish().await;
 }
 
@@ -253,7 +248,7 @@ async fn a_root_image_under_run_as_non_root_ends_failed_with_the_kubelets_reason
         "the kubelet's message: {}",
         status.json
     );
-    delete(&api, &id).await;
+    api.delete_stack(&id).await;
     api.finish().await;
 }
 
@@ -282,7 +277,7 @@ async fn a_challenge_that_listens_late_answers_its_first_request_once_running() 
             .await
             .unwrap_or_else(|e| panic!("probe declared: {declared}; first request after `running` failed: {e}"));
         assert_eq!((code, body.trim()), (200, "stack-env http challenge"));
-        delete(&api, &id).await;
+        api.delete_stack(&id).await;
     }
     api.finish().await;
 }
@@ -392,8 +387,8 @@ async fn a_stack_that_cannot_start_ends_failed_with_its_reason_and_frees_its_por
         let (next_id, address) = create_running(&api, &next, json!(8080)).await;
         assert_eq!(address.port(), port, "{}", case.what);
         assert!(banner(address).await.contains(&next.flag), "{}", case.what);
-        delete(&api, &next_id).await;
-        delete(&api, &id).await;
+        api.delete_stack(&next_id).await;
+        api.delete_stack(&id).await;
         api.finish().await;
     });
     futures::future::join_all(runs).await;
@@ -422,7 +417,7 @@ async fn every_stack_runs_under_the_operators_runtime_class() {
     assert!(banner(address).await.contains(&challenge.flag));
     let pod = api.pods_api().get(&id).await.expect("the stack's pod");
     assert_eq!(pod.spec.and_then(|s| s.runtime_class_name).as_deref(), Some(CLASS));
-    delete(&api, &id).await;
+    api.delete_stack(&id).await;
     api.finish().await;
 }
 
@@ -476,7 +471,7 @@ async fn a_fork_bomb_in_one_stack_leaves_its_neighbour_answering_and_the_node_re
     assert!(ready, "{NODE} is no longer Ready");
     // On a 6.18 kernel the bomb's killed processes, parked by its CPU limit, may never exit and
     // its pod stays Terminating; `tests/env/down` lifts the quota so they can.
-    delete(&api, &bomb_id).await;
-    delete(&api, &neighbour_id).await;
+    api.delete_stack(&bomb_id).await;
+    api.delete_stack(&neighbour_id).await;
     api.finish().await;
 }

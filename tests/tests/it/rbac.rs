@@ -173,8 +173,7 @@ async fn run_the_product(hostport: bool) {
     }
     let renewed = api.call(Method::POST, &format!("/stacks/{}/renew", ids[0]), None).await;
     assert_eq!(renewed.status, 200, "{}", renewed.json);
-    let deleted = api.call(Method::DELETE, &format!("/stacks/{}", ids[0]), None).await;
-    assert_eq!(deleted.status, 200, "{}", deleted.json);
+    api.delete_stack(&ids[0]).await;
     let batch = api
         .call(
             Method::POST,

@@ -307,8 +307,7 @@ async fn a_record_that_does_not_read_stops_neither_the_pass_nor_the_lists_and_it
 
     // Garbled again, the platform can still delete it: pod, service and items go.
     set_stored_status(eager.store(), &garbled, "paused").await.unwrap();
-    let deleted = api.call(Method::DELETE, &format!("/stacks/{garbled}"), None).await;
-    assert_eq!(deleted.status, 200, "{}", deleted.json);
+    api.delete_stack(garbled.as_str()).await;
     wait_gone(&api.pods_api(), &garbled.pod_name()).await.unwrap();
     assert_eq!(State::of(&api).await, State::stacks(&[&live]));
     let after = eager.pass().await;
