@@ -263,6 +263,12 @@ impl ApiHarness {
         created
     }
 
+    /// Deletes stack `id` through the API and asserts the delete succeeded (200).
+    pub async fn delete_stack(&self, id: &str) {
+        let deleted = self.call(Method::DELETE, &format!("/stacks/{id}"), None).await;
+        assert_eq!(deleted.status, 200, "{}", deleted.json);
+    }
+
     /// Creates `n` small stacks ([`WEB_POD`]) at once; their ids. A create refused with 503
     /// (the machine too busy for the 3 s budget, as under a full parallel run) is sent again a
     /// moment later: the stacks are what the caller tests, not the create path under load.

@@ -29,45 +29,61 @@ fn error_answer(description: &str) -> ResponseBuilder {
         .content("application/json", Content::new(Some(Ref::from_schema_name("Error"))))
 }
 
-fn answers<const N: usize>(answers: [(&str, ResponseBuilder); N]) -> BTreeMap<String, RefOr<ResponseDoc>> {
+/// One documented answer: its status and what it says.
+type Answer = (&'static str, ResponseBuilder);
+
+fn answers<const N: usize>(answers: [Answer; N]) -> BTreeMap<String, RefOr<ResponseDoc>> {
     answers
         .into_iter()
         .map(|(status, answer)| (status.to_owned(), RefOr::T(answer.build())))
         .collect()
 }
 
-/// 401 and 403 of every route that takes a key.
-pub struct KeyRefused;
-
-impl IntoResponses for KeyRefused {
-    fn responses() -> BTreeMap<String, RefOr<ResponseDoc>> {
-        answers([
-            ("401", error_answer("Missing or wrong key")),
-            ("403", error_answer("The key's role may not do this")),
-        ])
-    }
+fn key_missing() -> Answer {
+    ("401", error_answer("Missing or wrong key"))
 }
 
-/// 503 with `Retry-After`: DynamoDB or the apiserver is unavailable.
-pub struct Unavailable;
-
-impl IntoResponses for Unavailable {
-    fn responses() -> BTreeMap<String, RefOr<ResponseDoc>> {
-        let retry_after = Header::new(Object::with_type(Type::String));
-        answers([(
-            "503",
-            error_answer("A dependency is unavailable").header("Retry-After", retry_after),
-        )])
-    }
+fn role_refused() -> Answer {
+    ("403", error_answer("The key's role may not do this"))
 }
 
-/// 404 of the routes of one stack.
-pub struct StackGone;
+fn stack_gone() -> Answer {
+    ("404", error_answer("Stack gone"))
+}
 
-impl IntoResponses for StackGone {
-    fn responses() -> BTreeMap<String, RefOr<ResponseDoc>> {
-        answers([("404", error_answer("Stack gone"))])
-    }
+/// DynamoDB or the apiserver is unavailable; `Retry-After` says when to try again.
+fn unavailable() -> Answer {
+    let retry_after = Header::new(Object::with_type(Type::String));
+    (
+        "503",
+        error_answer("A dependency is unavailable").header("Retry-After", retry_after),
+    )
+}
+
+/// Declares named sets of answers that a route's `responses(...)` lists by name, so that the
+/// answers many routes share are written once.
+macro_rules! response_sets {
+    ($($(#[$doc:meta])* $name:ident = [$($answer:expr),+ $(,)?];)+) => {$(
+        $(#[$doc])*
+        pub struct $name;
+
+        impl IntoResponses for $name {
+            fn responses() -> BTreeMap<String, RefOr<ResponseDoc>> {
+                answers([$($answer),+])
+            }
+        }
+    )+};
+}
+
+response_sets! {
+    /// 401 of a route that takes a key whatever its role.
+    KeyMissing = [key_missing()];
+    /// 401 and 403 of a route whose use depends on the key's role.
+    KeyRefused = [key_missing(), role_refused()];
+    /// What every route that takes a key may answer besides its own: [`KeyRefused`] and 503.
+    KeyedRouteErrors = [key_missing(), role_refused(), unavailable()];
+    /// What every route of one stack may answer besides its own: [`KeyedRouteErrors`] and 404.
+    StackRouteErrors = [key_missing(), role_refused(), stack_gone(), unavailable()];
 }
 
 /// `DELETE /stacks/{stack_id}`.

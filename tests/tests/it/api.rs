@@ -615,12 +615,7 @@ async fn node_port_exhaustion_is_503() {
     assert!(second.headers.contains_key("retry-after"));
     assert_eq!(api.managed_pods().await.len(), 1);
     // Deleting frees the port for the next create.
-    assert_eq!(
-        api.call(Method::DELETE, &format!("/stacks/{}", first.stack_id()), None)
-            .await
-            .status,
-        200
-    );
+    api.delete_stack(&first.stack_id()).await;
     assert_eq!(api.create(WEB_POD, json!(80)).await.status, 201);
     api.finish().await;
 }
@@ -768,12 +763,7 @@ async fn repeated_idempotency_key_makes_one_stack() {
     assert_eq!(api.records().await.len(), 1);
     assert_eq!(api.managed_pods().await.len(), 1);
     // Deleting the stack frees the key with it.
-    assert_eq!(
-        api.call(Method::DELETE, &format!("/stacks/{}", first.stack_id()), None)
-            .await
-            .status,
-        200
-    );
+    api.delete_stack(&first.stack_id()).await;
     api.finish_asserting_nothing_left().await;
 }
 

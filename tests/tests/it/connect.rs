@@ -65,16 +65,20 @@ async fn create_running(api: &ApiHarness, challenge: &Challenge, target_port: Va
     (id, address)
 }
 
-async fn delete(api: &ApiHarness, id: &str) {
-    let reply = api.call(Method::DELETE, &format!("/stacks/{id}"), None).await;
-    assert_eq!(reply.status, 200, "{}", reply.json);
-}
-
 /// The participant's first connection after `running`, read to the end.
 async fn banner(address: SocketAddr) -> String {
     read_all(address)
         .await
         .unwrap_or_else(|e| panic!("{address} refused a participant after `running`: {e}"))
+}
+
+/// What a stack of `challenge` tells a participant once running ([`banner`]); the stack is
+/// deleted before the caller looks at it.
+async fn said_by_a_stack(api: &ApiHarness, challenge: &Challenge, target_port: Value) -> String {
+    let (id, address) = create_running(api, challenge, target_port).await;
+    let said = banner(address).await;
+    api.delete_stack(&id).await;
+    said
 }
 
 #[tokio::test]
@@ -105,7 +109,7 @@ async fn a_participant_reads_the_challenge_in_both_exposure_modes_and_both_clien
         );
         assert!(said.contains(&format!("flag: {}", challenge.flag)), "{said}");
 
-        delete(&api, &id).await;
+        api.delete_stack(&id).await;
         let gone = time_until_refused(address, GONE_BOUND).await;
         assert!(
             gone.is_some(),
@@ -120,9 +124,7 @@ async fn a_participant_reads_the_challenge_in_both_exposure_modes_and_both_clien
 async fn the_runtime_applies_the_forced_hardening_seen_from_inside() {
     let api = on_real_nodes("nodeport", (32748, 32751), &[]).await;
     let challenge = Challenge::local(api.registry(), "tcp");
-    let (id, address) = create_running(&api, &challenge, json!(8080)).await;
-
-    let said = banner(address).await;
+    let said = said_by_a_stack(&api, &challenge, json!(8080)).await;
     assert_eq!(
         status_field(&said, "Seccomp"),
         Some("2"),
@@ -144,8 +146,6 @@ async fn the_runtime_applies_the_forced_hardening_seen_from_inside() {
         Some("20000/100000"),
         "the manifest's 200m CPU limit is a CFS quota: {said}"
     );
-
-    delete(&api, &id).await;
     api.finish().await;
 }
 
@@ -163,7 +163,7 @@ async fn without_cpu_limits_a_stack_runs_without_a_cpu_quota() {
         "the limit became the request: {}",
         stack.json
     );
-    delete(&api, &id).await;
+    api.delete_stack(&id).await;
     api.finish().await;
 }
 
@@ -171,8 +171,7 @@ async fn without_cpu_limits_a_stack_runs_without_a_cpu_quota() {
 async fn with_user_namespaces_root_in_a_stack_is_an_unprivileged_user_of_the_node() {
     let api = on_real_nodes("hostport", (32726, 32727), &[("STACK_USER_NAMESPACES", "true")]).await;
     let challenge = Challenge::local(api.registry(), "tcp");
-    let (id, address) = create_running(&api, &challenge, json!(8080)).await;
-    let said = banner(address).await;
+    let said = said_by_a_stack(&api, &challenge, json!(8080)).await;
     assert!(said.lines().next().unwrap_or_default().ends_with("as uid 0"), "{said}");
     // "0 <host uid> 65536": root here is a high, unprivileged uid on the node.
     let map: Vec<u64> = status_field(&said, "uid_map")
@@ -189,14 +188,11 @@ async fn with_user_namespaces_root_in_a_stack_is_an_unprivileged_user_of_the_nod
         Some("2"),
         "the rest of the hardening holds: {said}"
     );
-    delete(&api, &id).await;
 
     // Without the setting, root is the node's root (what the setting exists to change).
     let plain = on_real_nodes("hostport", (32728, 32729), &[]).await;
-    let (id, address) = create_running(&plain, &challenge, json!(8080)).await;
-    let said = banner(address).await;
+    let said = said_by_a_stack(&plain, &challenge, json!(8080)).await;
     assert_eq!(status_field(&said, "uid_map"), Some("0 0 4294967295"), "{said}");
-    delete(&plain, &id).await;
     plain.finish().await;
     api.finish().await;
 }
@@ -207,9 +203,7 @@ async fn an_authors_tightening_is_applied_seen_from_inside() {
     // The tcp image runs as root with a writable root filesystem unless its manifest says not.
     let challenge = Challenge::local(api.registry(), "tcp")
         .with_security_context("{runAsUser: 1000, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}");
-    let (id, address) = create_running(&api, &challenge, json!(8080)).await;
-
-    let said = banner(address).await;
+    let said = said_by_a_stack(&api, &challenge, json!(8080)).await;
     assert!(
         said.lines().next().unwrap_or_default().ends_with("as uid 1000"),
         "runAsUser: {said}"
@@ -229,8 +223,6 @@ async fn an_authors_tightening_is_applied_seen_from_inside() {
     assert_eq!(status_field(&said, "Seccomp"), Some("2"), "{said}");
     assert_eq!(status_field(&said, "NoNewPrivs"), Some("1"), "{said}");
     assert!(said.contains(&challenge.flag), "{said}");
-
-    delete(&api, &id).await;
     api.finish().await;
 }
 
@@ -256,7 +248,7 @@ async fn a_root_image_under_run_as_non_root_ends_failed_with_the_kubelets_reason
         "the kubelet's message: {}",
         status.json
     );
-    delete(&api, &id).await;
+    api.delete_stack(&id).await;
     api.finish().await;
 }
 
@@ -285,7 +277,7 @@ async fn a_challenge_that_listens_late_answers_its_first_request_once_running() 
             .await
             .unwrap_or_else(|e| panic!("probe declared: {declared}; first request after `running` failed: {e}"));
         assert_eq!((code, body.trim()), (200, "stack-env http challenge"));
-        delete(&api, &id).await;
+        api.delete_stack(&id).await;
     }
     api.finish().await;
 }
@@ -294,13 +286,11 @@ async fn a_challenge_that_listens_late_answers_its_first_request_once_running() 
 async fn a_non_root_challenge_binds_a_port_below_1024() {
     let api = on_real_nodes("hostport", (32756, 32759), &[]).await;
     let challenge = Challenge::local(api.registry(), "lowport");
-    let (id, address) = create_running(&api, &challenge, json!(80)).await;
-    let said = banner(address).await;
+    let said = said_by_a_stack(&api, &challenge, json!(80)).await;
     assert!(
         said.lines().next().unwrap_or_default().ends_with("as uid 1000"),
         "{said}"
     );
-    delete(&api, &id).await;
     api.finish().await;
 }
 
@@ -397,8 +387,8 @@ async fn a_stack_that_cannot_start_ends_failed_with_its_reason_and_frees_its_por
         let (next_id, address) = create_running(&api, &next, json!(8080)).await;
         assert_eq!(address.port(), port, "{}", case.what);
         assert!(banner(address).await.contains(&next.flag), "{}", case.what);
-        delete(&api, &next_id).await;
-        delete(&api, &id).await;
+        api.delete_stack(&next_id).await;
+        api.delete_stack(&id).await;
         api.finish().await;
     });
     futures::future::join_all(runs).await;
@@ -427,7 +417,7 @@ async fn every_stack_runs_under_the_operators_runtime_class() {
     assert!(banner(address).await.contains(&challenge.flag));
     let pod = api.pods_api().get(&id).await.expect("the stack's pod");
     assert_eq!(pod.spec.and_then(|s| s.runtime_class_name).as_deref(), Some(CLASS));
-    delete(&api, &id).await;
+    api.delete_stack(&id).await;
     api.finish().await;
 }
 
@@ -481,7 +471,7 @@ async fn a_fork_bomb_in_one_stack_leaves_its_neighbour_answering_and_the_node_re
     assert!(ready, "{NODE} is no longer Ready");
     // On a 6.18 kernel the bomb's killed processes, parked by its CPU limit, may never exit and
     // its pod stays Terminating; `tests/env/down` lifts the quota so they can.
-    delete(&api, &bomb_id).await;
-    delete(&api, &neighbour_id).await;
+    api.delete_stack(&bomb_id).await;
+    api.delete_stack(&neighbour_id).await;
     api.finish().await;
 }

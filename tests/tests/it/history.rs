@@ -241,13 +241,11 @@ async fn stats_count_exactly_what_creates_and_deletes_leave() {
     };
     expect(&stats_once_total(&api, 3).await, 3, 4);
 
-    let deleted = api.call(Method::DELETE, &format!("/stacks/{}", ids[1]), None).await;
-    assert_eq!(deleted.status, 200, "{}", deleted.json);
+    api.delete_stack(&ids[1]).await;
     expect(&stats_once_total(&api, 2).await, 2, 2);
 
     for id in [&ids[0], &ids[2]] {
-        let deleted = api.call(Method::DELETE, &format!("/stacks/{id}"), None).await;
-        assert_eq!(deleted.status, 200, "{}", deleted.json);
+        api.delete_stack(id).await;
     }
     let empty = stats_once_total(&api, 0).await;
     expect(&empty, 0, 0);

@@ -192,8 +192,7 @@ async fn a_hostport_stack_holds_its_port_on_its_node_and_a_port_serves_one_stack
 
     // A delete frees the port on its node for the next stack, once the pod is gone: it is
     // deleted with a grace period and holds its port until its kubelet has stopped it.
-    let deleted = api.call(Method::DELETE, &format!("/stacks/{id}"), None).await;
-    assert_eq!(deleted.status, 200, "{}", deleted.json);
+    api.delete_stack(&id).await;
     // (A stack's pod is named by its id.)
     wait_gone(&api.pods_api(), &id)
         .await

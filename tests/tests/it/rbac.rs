@@ -146,8 +146,16 @@ impl Granted {
 }
 
 /// Every route that touches the cluster, then a reconcile pass that ends an expired stack,
-/// all with the functions' identity: a missing right would be a 500 or a failed pass.
-async fn run_the_product(granted: &Granted, api: &ApiHarness) {
+/// all with the functions' identity under the manifest's grants for NodePort stacks (or, with
+/// `hostport`, for host-port stacks): a missing right would be a 500 or a failed pass.
+async fn run_the_product(hostport: bool) {
+    let granted = Granted::grant(hostport).await;
+    let exposure: &[(&str, &str)] = if hostport {
+        &[("STACK_EXPOSURE", "hostport")]
+    } else {
+        &[]
+    };
+    let api = granted.api(exposure).await;
     let mut ids = Vec::new();
     for _ in 0..3 {
         let created = api.create_web().await;
@@ -165,8 +173,7 @@ async fn run_the_product(granted: &Granted, api: &ApiHarness) {
     }
     let renewed = api.call(Method::POST, &format!("/stacks/{}/renew", ids[0]), None).await;
     assert_eq!(renewed.status, 200, "{}", renewed.json);
-    let deleted = api.call(Method::DELETE, &format!("/stacks/{}", ids[0]), None).await;
-    assert_eq!(deleted.status, 200, "{}", deleted.json);
+    api.delete_stack(&ids[0]).await;
     let batch = api
         .call(
             Method::POST,
@@ -217,26 +224,29 @@ async fn run_the_product(granted: &Granted, api: &ApiHarness) {
         .await
         .expect("the pass runs");
     assert_eq!((summary.counts.expired, summary.counts.failures), (1, 0), "{summary:?}");
-    api.assert_nothing_left().await;
+    api.finish_asserting_nothing_left().await;
+    granted.revoke().await;
 }
 
 #[tokio::test]
 async fn the_api_and_the_reconciler_need_no_more_than_the_manifest_grants() {
-    let granted = Granted::grant(false).await;
-    let api = granted.api(&[]).await;
-    run_the_product(&granted, &api).await;
-    api.finish().await;
-    granted.revoke().await;
+    run_the_product(false).await;
 }
 
 #[tokio::test]
 async fn so_do_host_port_stacks() {
-    let granted = Granted::grant(true).await;
-    let api = granted.api(&[("STACK_EXPOSURE", "hostport")]).await;
-    run_the_product(&granted, &api).await;
-    api.finish().await;
-    granted.revoke().await;
+    run_the_product(true).await;
 }
+
+/// The rights on one resource, as a Role's rules are written: (group, resource, cluster-wide,
+/// the verbs the functions need, some they never use).
+type Rule = (
+    &'static str,
+    &'static str,
+    bool,
+    &'static [&'static str],
+    &'static [&'static str],
+);
 
 /// The verbs the functions never call are not granted: a stack's pod cannot be changed with
 /// their credentials, nor a namespace created.
@@ -258,51 +268,32 @@ async fn verbs_the_functions_never_use_are_refused() {
     }
 
     let core = "";
-    let allowed = [
-        ("create", core, "pods", false),
-        ("get", core, "pods", false),
-        ("list", core, "pods", false),
-        ("watch", core, "pods", false),
-        ("delete", core, "pods", false),
-        ("create", core, "services", false),
-        ("get", core, "services", false),
-        ("list", core, "services", false),
-        ("delete", core, "services", false),
-        ("list", "networking.k8s.io", "networkpolicies", false),
-        ("create", "networking.k8s.io", "networkpolicies", false),
-        ("patch", "networking.k8s.io", "networkpolicies", false),
-        ("get", core, "nodes", true),
-        ("list", core, "nodes", true),
-        // The startup taint's removal.
-        ("patch", core, "nodes", true),
-    ];
-    let refused = [
-        ("patch", core, "pods", false),
-        ("update", core, "pods", false),
-        ("deletecollection", core, "pods", false),
-        ("create", core, "pods/exec", false),
-        ("create", core, "pods/ephemeralcontainers", false),
-        ("patch", core, "services", false),
-        ("watch", core, "services", false),
-        ("get", "networking.k8s.io", "networkpolicies", false),
-        ("delete", "networking.k8s.io", "networkpolicies", false),
-        ("get", core, "resourcequotas", false),
-        ("list", core, "limitranges", false),
-        ("get", core, "secrets", false),
-        ("create", core, "serviceaccounts", false),
-        ("watch", core, "nodes", true),
-        ("create", core, "namespaces", true),
-        ("patch", core, "namespaces", true),
+    #[rustfmt::skip]
+    let rules: &[Rule] = &[
+        (core, "pods", false, &["create", "get", "list", "watch", "delete"], &["patch", "update", "deletecollection"]),
+        (core, "pods/exec", false, &[], &["create"]),
+        (core, "pods/ephemeralcontainers", false, &[], &["create"]),
+        (core, "services", false, &["create", "get", "list", "delete"], &["patch", "watch"]),
+        ("networking.k8s.io", "networkpolicies", false, &["list", "create", "patch"], &["get", "delete"]),
+        (core, "resourcequotas", false, &[], &["get"]),
+        (core, "limitranges", false, &[], &["list"]),
+        (core, "secrets", false, &[], &["get"]),
+        (core, "serviceaccounts", false, &[], &["create"]),
+        // Patch: the startup taint's removal.
+        (core, "nodes", true, &["get", "list", "patch"], &["watch"]),
+        (core, "namespaces", true, &[], &["create", "patch"]),
     ];
     let mut wrong = BTreeMap::new();
-    for (verb, group, resource, cluster) in allowed {
-        if !granted.may(verb, group, resource, cluster).await {
-            wrong.insert(format!("{verb} {resource}"), "refused, needed");
+    for &(group, resource, cluster, needed, never_used) in rules {
+        for verb in needed {
+            if !granted.may(verb, group, resource, cluster).await {
+                wrong.insert(format!("{verb} {resource}"), "refused, needed");
+            }
         }
-    }
-    for (verb, group, resource, cluster) in refused {
-        if granted.may(verb, group, resource, cluster).await {
-            wrong.insert(format!("{verb} {resource}"), "granted, never used");
+        for verb in never_used {
+            if granted.may(verb, group, resource, cluster).await {
+                wrong.insert(format!("{verb} {resource}"), "granted, never used");
+            }
         }
     }
     assert!(wrong.is_empty(), "{wrong:?}");

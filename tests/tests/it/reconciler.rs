@@ -307,8 +307,7 @@ async fn a_record_that_does_not_read_stops_neither_the_pass_nor_the_lists_and_it
 
     // Garbled again, the platform can still delete it: pod, service and items go.
     set_stored_status(eager.store(), &garbled, "paused").await.unwrap();
-    let deleted = api.call(Method::DELETE, &format!("/stacks/{garbled}"), None).await;
-    assert_eq!(deleted.status, 200, "{}", deleted.json);
+    api.delete_stack(garbled.as_str()).await;
     wait_gone(&api.pods_api(), &garbled.pod_name()).await.unwrap();
     assert_eq!(State::of(&api).await, State::stacks(&[&live]));
     let after = eager.pass().await;
@@ -348,6 +347,20 @@ async fn create_unguarded(api: &ApiHarness, pods: &[&Pod]) {
     relabel(json!(MANAGED_BY_VALUE)).await;
 }
 
+/// One pass of a reconciler whose orphan grace is `grace`: it deletes `orphans` orphans, and
+/// sees no drift and no failure.
+async fn pass_deletes_orphans(api: &ApiHarness, grace: &str, orphans: usize) {
+    let summary = TestReconciler::over(api, &[("STACK_ORPHAN_GRACE", grace)])
+        .await
+        .pass()
+        .await;
+    assert_eq!(
+        (summary.counts.orphans, summary.counts.drift, summary.counts.failures),
+        (orphans, 0, 0),
+        "{summary:?}"
+    );
+}
+
 #[tokio::test]
 async fn old_orphans_are_deleted_young_ones_and_foreign_pods_kept() {
     let api = ApiHarness::start().await;
@@ -377,25 +390,13 @@ async fn old_orphans_are_deleted_young_ones_and_foreign_pods_kept() {
     };
 
     // Younger than the grace: possibly a create still in progress, left alone.
-    let patient = TestReconciler::over(&api, &[("STACK_ORPHAN_GRACE", "1h")]).await;
-    let young = patient.pass().await;
-    assert_eq!(
-        (young.counts.orphans, young.counts.drift, young.counts.failures),
-        (0, 0, 0),
-        "{young:?}"
-    );
+    pass_deletes_orphans(&api, "1h", 0).await;
     assert_eq!(State::of(&api).await, with_orphan);
 
     // Older than the grace: leaked, deleted (pod and service, each an orphan of its own).
     // The service was made last, possibly a second after the pod.
     until_older_than(&orphan_service.metadata, Duration::from_secs(1)).await;
-    let eager = TestReconciler::over(&api, &[("STACK_ORPHAN_GRACE", "1s")]).await;
-    let old = eager.pass().await;
-    assert_eq!(
-        (old.counts.orphans, old.counts.drift, old.counts.failures),
-        (2, 0, 0),
-        "{old:?}"
-    );
+    pass_deletes_orphans(&api, "1s", 2).await;
     assert_eq!(State::of(&api).await, State::stacks(&[&claimed]));
     // Pods without our exact managed-by label are never ours to delete.
     for name in ["unlabelled", "managed-by-helm"] {

@@ -257,8 +257,7 @@ async fn manifests_at_the_validator_limits_are_stored_whole_or_refused_before_an
                     "{content}: listed differs"
                 );
                 println!("{content}: stored, {} bytes hardened", pod_spec.len());
-                let deleted = api.call(Method::DELETE, &format!("/stacks/{id}"), None).await;
-                assert_eq!(deleted.status, 200);
+                api.delete_stack(&id).await;
             }
             400 => {
                 let message = created.error();

@@ -20,9 +20,8 @@ use crate::extract::Caller;
     responses(
         (status = 202, description = "Success", body = crate::openapi::JobAccepted),
         (status = 400, description = "No ids, a blank id, more than 10,000 ids or a bad body", body = crate::openapi::ErrorBody),
-        crate::openapi::KeyRefused,
         (status = 413, description = "Body over 1 MiB", body = crate::openapi::ErrorBody),
-        crate::openapi::Unavailable,
+        crate::openapi::KeyedRouteErrors,
     ),
 )]
 pub async fn start(caller: Caller, body: Bytes) -> Result<Response, ApiError> {
@@ -57,9 +56,8 @@ pub async fn start(caller: Caller, body: Bytes) -> Result<Response, ApiError> {
     params(("job_id" = String, Path)),
     responses(
         (status = 200, description = "Success", body = JobView),
-        crate::openapi::KeyRefused,
         (status = 404, description = "Unknown job", body = crate::openapi::ErrorBody),
-        crate::openapi::Unavailable,
+        crate::openapi::KeyedRouteErrors,
     ),
 )]
 pub async fn get(caller: Caller, Path(job_id): Path<String>) -> Result<Response, ApiError> {

@@ -13,7 +13,7 @@ use crate::state::AppState;
     operation_id = "healthz",
     responses(
         (status = 200, description = "Success", body = crate::openapi::Health),
-        (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
+        crate::openapi::KeyMissing,
         (status = 503, description = "DynamoDB or the apiserver does not answer", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
     ),
 )]

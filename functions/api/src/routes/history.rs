@@ -29,8 +29,7 @@ pub struct History {
     operation_id = "getHistory",
     responses(
         (status = 200, description = "Success", body = History),
-        crate::openapi::KeyRefused,
-        crate::openapi::Unavailable,
+        crate::openapi::KeyedRouteErrors,
     ),
 )]
 ///

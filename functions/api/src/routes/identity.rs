@@ -27,7 +27,7 @@ pub struct Identity {
     operation_id = "getIdentity",
     responses(
         (status = 200, description = "Success", body = Identity),
-        (status = 401, description = "Missing or wrong key", body = crate::openapi::ErrorBody),
+        crate::openapi::KeyMissing,
     ),
 )]
 pub async fn identity(Extension(principal): Extension<Principal>) -> Json<Identity> {

@@ -17,8 +17,7 @@ use crate::wire::parse_prepull_body;
     operation_id = "prepullReadiness",
     responses(
         (status = 200, description = "Success", body = Readiness),
-        crate::openapi::KeyRefused,
-        crate::openapi::Unavailable,
+        crate::openapi::KeyedRouteErrors,
     ),
 )]
 pub async fn readiness(caller: Caller) -> Result<Json<Readiness>, ApiError> {
@@ -36,8 +35,7 @@ pub async fn readiness(caller: Caller) -> Result<Json<Readiness>, ApiError> {
     responses(
         (status = 200, description = "Declared; where the images stand now", body = Readiness),
         (status = 400, description = "Invalid body, or an image a manifest could not use", body = crate::openapi::ErrorBody),
-        crate::openapi::KeyRefused,
-        crate::openapi::Unavailable,
+        crate::openapi::KeyedRouteErrors,
     ),
 )]
 pub async fn declare(caller: Caller, body: Bytes) -> Result<Json<Readiness>, ApiError> {

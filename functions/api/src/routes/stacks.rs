@@ -80,8 +80,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     responses(
         (status = 200, description = "Success", body = crate::wire::StackPage),
         (status = 400, description = "Invalid limit or cursor", body = crate::openapi::ErrorBody),
-        crate::openapi::KeyRefused,
-        crate::openapi::Unavailable,
+        crate::openapi::KeyedRouteErrors,
     ),
 )]
 pub async fn list(caller: Caller, RawQuery(query): RawQuery) -> Result<Response, ApiError> {
@@ -110,9 +109,7 @@ pub async fn list(caller: Caller, RawQuery(query): RawQuery) -> Result<Response,
     params(StackIdPath),
     responses(
         (status = 200, description = "Success", body = StackView),
-        crate::openapi::KeyRefused,
-        crate::openapi::StackGone,
-        crate::openapi::Unavailable,
+        crate::openapi::StackRouteErrors,
     ),
 )]
 pub async fn get(caller: Caller, StackIdPath(id): StackIdPath) -> Result<Response, ApiError> {
@@ -127,9 +124,7 @@ pub async fn get(caller: Caller, StackIdPath(id): StackIdPath) -> Result<Respons
     params(StackIdPath),
     responses(
         (status = 200, description = "Success", body = StatusView),
-        crate::openapi::KeyRefused,
-        crate::openapi::StackGone,
-        crate::openapi::Unavailable,
+        crate::openapi::StackRouteErrors,
     ),
 )]
 pub async fn status(caller: Caller, StackIdPath(id): StackIdPath) -> Result<Response, ApiError> {
@@ -144,9 +139,7 @@ pub async fn status(caller: Caller, StackIdPath(id): StackIdPath) -> Result<Resp
     params(StackIdPath),
     responses(
         (status = 200, description = "Success", body = crate::openapi::Deleted),
-        crate::openapi::KeyRefused,
-        crate::openapi::StackGone,
-        crate::openapi::Unavailable,
+        crate::openapi::StackRouteErrors,
     ),
 )]
 pub async fn delete(caller: Caller, StackIdPath(id): StackIdPath) -> Result<Response, ApiError> {
@@ -161,10 +154,8 @@ pub async fn delete(caller: Caller, StackIdPath(id): StackIdPath) -> Result<Resp
     params(StackIdPath),
     responses(
         (status = 200, description = "Success", body = StackView),
-        crate::openapi::KeyRefused,
-        crate::openapi::StackGone,
         (status = 409, description = "Maximum lifetime reached", body = crate::openapi::ErrorBody),
-        crate::openapi::Unavailable,
+        crate::openapi::StackRouteErrors,
     ),
 )]
 pub async fn renew(caller: Caller, StackIdPath(id): StackIdPath) -> Result<Response, ApiError> {
@@ -179,8 +170,7 @@ pub async fn renew(caller: Caller, StackIdPath(id): StackIdPath) -> Result<Respo
     operation_id = "getStats",
     responses(
         (status = 200, description = "Success", body = stack_core::Stats),
-        crate::openapi::KeyRefused,
-        crate::openapi::Unavailable,
+        crate::openapi::KeyedRouteErrors,
     ),
 )]
 pub async fn stats(caller: Caller) -> Result<Response, ApiError> {
