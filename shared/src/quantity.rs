@@ -33,8 +33,7 @@ pub(crate) fn format_cpu_milli(milli: i64) -> String {
 
 /// Canonical byte text with the largest exact binary suffix: `"128Mi"`, `"1Gi"`, `"1000"`.
 pub(crate) fn format_bytes(bytes: i64) -> String {
-    const SUFFIXES: [(&str, u32); 6] = [("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)];
-    for (suffix, shift) in SUFFIXES {
+    for &(suffix, shift) in BINARY_SUFFIXES.iter().rev() {
         let unit = 1i64 << shift;
         if bytes != 0 && bytes % unit == 0 {
             return format!("{}{suffix}", bytes / unit);
@@ -94,27 +93,34 @@ fn parse(text: &str) -> Result<Parsed, QuantityError> {
     })
 }
 
+/// Decimal (SI) suffixes and the power of ten each stands for.
+const DECIMAL_SUFFIXES: [(&str, i64); 9] = [
+    ("n", -9),
+    ("u", -6),
+    ("m", -3),
+    ("k", 3),
+    ("M", 6),
+    ("G", 9),
+    ("T", 12),
+    ("P", 15),
+    ("E", 18),
+];
+
+/// Binary suffixes and the power of two each stands for, smallest first.
+const BINARY_SUFFIXES: [(&str, u32); 6] = [("Ki", 10), ("Mi", 20), ("Gi", 30), ("Ti", 40), ("Pi", 50), ("Ei", 60)];
+
 /// `(power of ten, power of two)` of a suffix.
 fn parse_suffix(suffix: &str) -> Result<(i64, u32), QuantityError> {
-    Ok(match suffix {
-        "" => (0, 0),
-        "n" => (-9, 0),
-        "u" => (-6, 0),
-        "m" => (-3, 0),
-        "k" => (3, 0),
-        "M" => (6, 0),
-        "G" => (9, 0),
-        "T" => (12, 0),
-        "P" => (15, 0),
-        "E" => (18, 0),
-        "Ki" => (0, 10),
-        "Mi" => (0, 20),
-        "Gi" => (0, 30),
-        "Ti" => (0, 40),
-        "Pi" => (0, 50),
-        "Ei" => (0, 60),
-        _ => (parse_exponent(suffix)?, 0),
-    })
+    if suffix.is_empty() {
+        return Ok((0, 0));
+    }
+    if let Some(&(_, exp10)) = DECIMAL_SUFFIXES.iter().find(|(s, _)| *s == suffix) {
+        return Ok((exp10, 0));
+    }
+    if let Some(&(_, pow2)) = BINARY_SUFFIXES.iter().find(|(s, _)| *s == suffix) {
+        return Ok((0, pow2));
+    }
+    Ok((parse_exponent(suffix)?, 0))
 }
 
 /// `e<signed int>` or `E<signed int>`.
