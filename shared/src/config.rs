@@ -518,9 +518,26 @@ mod tests {
         Config::from_lookup(|name| map.get(name).cloned())
     }
 
+    /// [`config`] of `vars` and a key, which every deployment has.
+    fn with_key(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        config(&[&[("API_KEY", "k")], vars].concat())
+    }
+
+    /// Asserts that `vars` (with a key) are refused with one problem for each of `names`, all
+    /// reported at once, each naming its variable; returns the refusal for closer looks.
+    fn assert_refused(vars: &[(&str, &str)], names: &[&str]) -> ConfigError {
+        let err = with_key(vars).unwrap_err();
+        assert_eq!(err.problems.len(), names.len(), "{err}");
+        let text = err.to_string();
+        for name in names {
+            assert!(text.contains(name), "{name} missing from {text}");
+        }
+        err
+    }
+
     #[test]
     fn defaults_follow_the_contract() {
-        let c = config(&[("API_KEY", "k")]).unwrap();
+        let c = with_key(&[]).unwrap();
         assert_eq!(c.validation.namespace, "stacks");
         assert_eq!(c.ttl, Duration::from_secs(7200));
         assert_eq!(c.max_lifetime, Duration::from_secs(8 * 3600));
@@ -551,9 +568,9 @@ mod tests {
 
     #[test]
     fn exposure_is_nodeport_or_hostport() {
-        let c = config(&[("API_KEY", "k"), ("STACK_EXPOSURE", "HostPort")]).unwrap();
+        let c = with_key(&[("STACK_EXPOSURE", "HostPort")]).unwrap();
         assert_eq!(c.exposure, Exposure::HostPort);
-        let err = config(&[("API_KEY", "k"), ("STACK_EXPOSURE", "ingress")]).unwrap_err();
+        let err = with_key(&[("STACK_EXPOSURE", "ingress")]).unwrap_err();
         assert!(
             err.to_string()
                 .contains("STACK_EXPOSURE: expected nodeport or hostport"),
@@ -563,42 +580,34 @@ mod tests {
 
     #[test]
     fn waiting_for_a_node_gets_a_scheduling_timeout_that_covers_a_node_start() {
-        let fail = config(&[("API_KEY", "k")]).unwrap();
+        let fail = with_key(&[]).unwrap();
         assert_eq!(fail.on_unschedulable, OnUnschedulable::Fail);
         assert_eq!(fail.scheduling_timeout, Duration::from_secs(20));
-        let wait = config(&[("API_KEY", "k"), ("STACK_ON_UNSCHEDULABLE", "wait")]).unwrap();
+        let wait = with_key(&[("STACK_ON_UNSCHEDULABLE", "wait")]).unwrap();
         assert_eq!(wait.on_unschedulable, OnUnschedulable::Wait);
         assert_eq!(wait.scheduling_timeout, Duration::from_secs(300));
-        let set = config(&[
-            ("API_KEY", "k"),
-            ("STACK_ON_UNSCHEDULABLE", "WAIT"),
-            ("STACK_SCHEDULING_TIMEOUT", "90s"),
-        ])
-        .unwrap();
+        let set = with_key(&[("STACK_ON_UNSCHEDULABLE", "WAIT"), ("STACK_SCHEDULING_TIMEOUT", "90s")]).unwrap();
         assert_eq!(set.scheduling_timeout, Duration::from_secs(90));
-        let err = config(&[("API_KEY", "k"), ("STACK_ON_UNSCHEDULABLE", "queue")]).unwrap_err();
-        assert!(err.to_string().contains("STACK_ON_UNSCHEDULABLE"), "{err}");
+        assert_refused(&[("STACK_ON_UNSCHEDULABLE", "queue")], &["STACK_ON_UNSCHEDULABLE"]);
     }
 
     #[test]
     fn the_runtime_class_is_optional_and_must_name_a_runtime_class() {
-        assert_eq!(config(&[("API_KEY", "k")]).unwrap().validation.runtime_class, None);
-        let gvisor = config(&[("API_KEY", "k"), ("STACK_RUNTIME_CLASS", "gvisor")]).unwrap();
+        assert_eq!(with_key(&[]).unwrap().validation.runtime_class, None);
+        let gvisor = with_key(&[("STACK_RUNTIME_CLASS", "gvisor")]).unwrap();
         assert_eq!(gvisor.validation.runtime_class.as_deref(), Some("gvisor"));
-        let dotted = config(&[("API_KEY", "k"), ("STACK_RUNTIME_CLASS", "sandbox.example.com")]).unwrap();
+        let dotted = with_key(&[("STACK_RUNTIME_CLASS", "sandbox.example.com")]).unwrap();
         assert_eq!(dotted.validation.runtime_class.as_deref(), Some("sandbox.example.com"));
-        let err = config(&[("API_KEY", "k"), ("STACK_RUNTIME_CLASS", "gVisor Sandbox")]).unwrap_err();
-        assert!(err.to_string().contains("STACK_RUNTIME_CLASS"), "{err}");
+        assert_refused(&[("STACK_RUNTIME_CLASS", "gVisor Sandbox")], &["STACK_RUNTIME_CLASS"]);
     }
 
     #[test]
     fn hardening_settings_default_to_dropping_net_raw_on_shared_nodes() {
-        let c = config(&[("API_KEY", "k")]).unwrap();
+        let c = with_key(&[]).unwrap();
         assert_eq!(c.validation.drop_capabilities, DropCapabilities::NetRaw);
         assert_eq!(c.validation.add_back_capabilities, to_strings(BASELINE_CAPABILITIES));
         assert_eq!(c.validation.node_taint, None);
-        let strict = config(&[
-            ("API_KEY", "k"),
+        let strict = with_key(&[
             ("STACK_DROP_CAPABILITIES", "all"),
             ("STACK_ADD_BACK_CAPABILITIES", "CHOWN,SETUID,SETGID"),
             ("STACK_NODE_TAINT", "example.com/stacks=ctf:NoSchedule"),
@@ -610,59 +619,48 @@ mod tests {
             strict.validation.node_taint.map(|t| t.key).as_deref(),
             Some("example.com/stacks")
         );
-        let err = config(&[
-            ("API_KEY", "k"),
-            ("STACK_DROP_CAPABILITIES", "some"),
-            ("STACK_ADD_BACK_CAPABILITIES", "SYS_ADMIN"),
-            ("STACK_NODE_TAINT", "stacks"),
-        ])
-        .unwrap_err();
-        assert_eq!(err.problems.len(), 3, "{err}");
-        for name in [
-            "STACK_DROP_CAPABILITIES",
-            "STACK_ADD_BACK_CAPABILITIES",
-            "STACK_NODE_TAINT",
-        ] {
-            assert!(err.to_string().contains(name), "{name}: {err}");
-        }
+        assert_refused(
+            &[
+                ("STACK_DROP_CAPABILITIES", "some"),
+                ("STACK_ADD_BACK_CAPABILITIES", "SYS_ADMIN"),
+                ("STACK_NODE_TAINT", "stacks"),
+            ],
+            &[
+                "STACK_DROP_CAPABILITIES",
+                "STACK_ADD_BACK_CAPABILITIES",
+                "STACK_NODE_TAINT",
+            ],
+        );
     }
 
     #[test]
     fn proxy_sync_defaults_to_kube_proxys_min_sync_period_and_is_bounded() {
-        assert_eq!(config(&[("API_KEY", "k")]).unwrap().proxy_sync, Duration::from_secs(1));
-        let none = config(&[("API_KEY", "k"), ("STACK_PROXY_SYNC", "0s")]).unwrap();
+        assert_eq!(with_key(&[]).unwrap().proxy_sync, Duration::from_secs(1));
+        let none = with_key(&[("STACK_PROXY_SYNC", "0s")]).unwrap();
         assert_eq!(none.proxy_sync, Duration::ZERO);
-        let err = config(&[("API_KEY", "k"), ("STACK_PROXY_SYNC", "1m")]).unwrap_err();
-        assert!(err.to_string().contains("STACK_PROXY_SYNC"), "{err}");
+        assert_refused(&[("STACK_PROXY_SYNC", "1m")], &["STACK_PROXY_SYNC"]);
     }
 
     #[test]
     fn start_timeout_and_failed_retention_have_defaults_and_bounds() {
-        let c = config(&[("API_KEY", "k")]).unwrap();
+        let c = with_key(&[]).unwrap();
         // The scheduler's 20 s, then five minutes to pull and start.
         assert_eq!(c.start_timeout, Duration::from_secs(320));
         assert_eq!(c.failed_retention, Duration::from_secs(600));
-        let wait = config(&[("API_KEY", "k"), ("STACK_ON_UNSCHEDULABLE", "wait")]).unwrap();
+        let wait = with_key(&[("STACK_ON_UNSCHEDULABLE", "wait")]).unwrap();
         assert_eq!(wait.start_timeout, Duration::from_secs(600));
-        let slow_scheduler = config(&[("API_KEY", "k"), ("STACK_SCHEDULING_TIMEOUT", "10m")]).unwrap();
+        let slow_scheduler = with_key(&[("STACK_SCHEDULING_TIMEOUT", "10m")]).unwrap();
         assert_eq!(slow_scheduler.start_timeout, Duration::from_secs(900));
-        let set = config(&[
-            ("API_KEY", "k"),
-            ("STACK_START_TIMEOUT", "2m"),
-            ("STACK_FAILED_RETENTION", "1h"),
-        ])
-        .unwrap();
+        let set = with_key(&[("STACK_START_TIMEOUT", "2m"), ("STACK_FAILED_RETENTION", "1h")]).unwrap();
         assert_eq!(
             (set.start_timeout, set.failed_retention),
             (Duration::from_secs(120), Duration::from_secs(3600))
         );
         assert_eq!(
-            config(&[("API_KEY", "k"), ("STACK_FAILED_RETENTION", "0")])
-                .unwrap()
-                .failed_retention,
+            with_key(&[("STACK_FAILED_RETENTION", "0")]).unwrap().failed_retention,
             Duration::ZERO
         );
-        let short = config(&[("API_KEY", "k"), ("STACK_START_TIMEOUT", "10s")]).unwrap_err();
+        let short = with_key(&[("STACK_START_TIMEOUT", "10s")]).unwrap_err();
         assert_eq!(
             short.problems,
             [
@@ -670,13 +668,10 @@ mod tests {
                  scheduled is removed, not failed"
             ]
         );
-        let bad = config(&[
-            ("API_KEY", "k"),
-            ("STACK_START_TIMEOUT", "soon"),
-            ("STACK_FAILED_RETENTION", "-1m"),
-        ])
-        .unwrap_err();
-        assert_eq!(bad.problems.len(), 2, "{bad}");
+        let bad = assert_refused(
+            &[("STACK_START_TIMEOUT", "soon"), ("STACK_FAILED_RETENTION", "-1m")],
+            &["STACK_START_TIMEOUT", "STACK_FAILED_RETENTION"],
+        );
         assert!(
             bad.problems[0].starts_with("STACK_START_TIMEOUT: expected a duration"),
             "{bad}"
@@ -704,8 +699,7 @@ mod tests {
 
     #[test]
     fn sharing_lists_and_pod_limits_are_read() {
-        let c = config(&[
-            ("API_KEY", "k"),
+        let c = with_key(&[
             ("STACK_SHARED_CONFIGMAPS", "web-cfg, scripts"),
             ("STACK_SHARED_SECRETS", "flag"),
             ("STACK_IMAGE_PULL_SECRETS", "regcred"),
@@ -726,29 +720,25 @@ mod tests {
             ),
             (3, 10, 32)
         );
-        let err = config(&[("API_KEY", "k"), ("STACK_MAX_VOLUMES", "0")]).unwrap_err();
-        assert!(err.to_string().contains("STACK_MAX_VOLUMES"), "{err}");
+        assert_refused(&[("STACK_MAX_VOLUMES", "0")], &["STACK_MAX_VOLUMES"]);
     }
 
     #[test]
     fn every_bad_variable_is_listed_at_once() {
-        let err = config(&[
-            ("STACK_TTL", "forever"),
-            ("STACK_NODEPORT_MIN", "70000"),
-            ("DDB_CONSISTENT_READ", "maybe"),
-            ("STACK_DENY_EGRESS_CIDRS", "10.0.0.0/8, nonsense"),
-        ])
-        .unwrap_err();
-        let text = err.to_string();
-        for name in [
-            "STACK_TTL",
-            "STACK_NODEPORT_MIN",
-            "DDB_CONSISTENT_READ",
-            "STACK_DENY_EGRESS_CIDRS",
-        ] {
-            assert!(text.contains(name), "{name} missing from {text}");
-        }
-        assert_eq!(err.problems.len(), 4);
+        assert_refused(
+            &[
+                ("STACK_TTL", "forever"),
+                ("STACK_NODEPORT_MIN", "70000"),
+                ("DDB_CONSISTENT_READ", "maybe"),
+                ("STACK_DENY_EGRESS_CIDRS", "10.0.0.0/8, nonsense"),
+            ],
+            &[
+                "STACK_TTL",
+                "STACK_NODEPORT_MIN",
+                "DDB_CONSISTENT_READ",
+                "STACK_DENY_EGRESS_CIDRS",
+            ],
+        );
     }
 
     #[test]
@@ -762,36 +752,36 @@ mod tests {
 
     #[test]
     fn cross_field_rules() {
-        let err = config(&[
-            ("API_KEY", "k"),
-            ("STACK_NODEPORT_MIN", "32000"),
-            ("STACK_NODEPORT_MAX", "31000"),
-            ("STACK_TTL", "9h"),
-            ("STACK_CREATE_WAIT", "3s"),
-        ])
-        .unwrap_err();
-        assert_eq!(err.problems.len(), 3, "{err}");
+        let err = assert_refused(
+            &[
+                ("STACK_NODEPORT_MIN", "32000"),
+                ("STACK_NODEPORT_MAX", "31000"),
+                ("STACK_TTL", "9h"),
+                ("STACK_CREATE_WAIT", "3s"),
+            ],
+            &["STACK_NODEPORT_MIN", "STACK_TTL", "STACK_CREATE_WAIT"],
+        );
         assert!(
             err.to_string().contains("STACK_CREATE_WAIT: must be at most 2500 ms"),
             "{err}"
         );
-        assert!(config(&[("API_KEY", "k"), ("STACK_CREATE_WAIT", "2500ms")]).is_ok());
+        assert!(with_key(&[("STACK_CREATE_WAIT", "2500ms")]).is_ok());
     }
 
     #[test]
     fn a_create_cannot_queue_past_its_budget() {
-        let err = config(&[("API_KEY", "k"), ("STACK_CREATE_QUEUE_WAIT", "2500ms")]).unwrap_err();
+        let err = with_key(&[("STACK_CREATE_QUEUE_WAIT", "2500ms")]).unwrap_err();
         assert!(
             err.to_string()
                 .contains("STACK_CREATE_QUEUE_WAIT: must be at most 2000 ms"),
             "{err}"
         );
-        let err = config(&[("API_KEY", "k"), ("STACK_CREATE_CONCURRENCY", "0")]).unwrap_err();
+        let err = with_key(&[("STACK_CREATE_CONCURRENCY", "0")]).unwrap_err();
         assert!(
             err.to_string().contains("STACK_CREATE_CONCURRENCY: must be at least 1"),
             "{err}"
         );
-        let ok = config(&[("API_KEY", "k"), ("STACK_CREATE_QUEUE_WAIT", "2s")]).unwrap();
+        let ok = with_key(&[("STACK_CREATE_QUEUE_WAIT", "2s")]).unwrap();
         assert_eq!(ok.create_queue_wait, Duration::from_secs(2));
         assert_eq!(ok.create_concurrency, 32);
     }

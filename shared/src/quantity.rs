@@ -33,8 +33,7 @@ pub(crate) fn format_cpu_milli(milli: i64) -> String {
 
 /// Canonical byte text with the largest exact binary suffix: `"128Mi"`, `"1Gi"`, `"1000"`.
 pub(crate) fn format_bytes(bytes: i64) -> String {
-    const SUFFIXES: [(&str, u32); 6] = [("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)];
-    for (suffix, shift) in SUFFIXES {
+    for &(suffix, shift) in BINARY_SUFFIXES.iter().rev() {
         let unit = 1i64 << shift;
         if bytes != 0 && bytes % unit == 0 {
             return format!("{}{suffix}", bytes / unit);
@@ -94,27 +93,34 @@ fn parse(text: &str) -> Result<Parsed, QuantityError> {
     })
 }
 
+/// Decimal (SI) suffixes and the power of ten each stands for.
+const DECIMAL_SUFFIXES: [(&str, i64); 9] = [
+    ("n", -9),
+    ("u", -6),
+    ("m", -3),
+    ("k", 3),
+    ("M", 6),
+    ("G", 9),
+    ("T", 12),
+    ("P", 15),
+    ("E", 18),
+];
+
+/// Binary suffixes and the power of two each stands for, smallest first.
+const BINARY_SUFFIXES: [(&str, u32); 6] = [("Ki", 10), ("Mi", 20), ("Gi", 30), ("Ti", 40), ("Pi", 50), ("Ei", 60)];
+
 /// `(power of ten, power of two)` of a suffix.
 fn parse_suffix(suffix: &str) -> Result<(i64, u32), QuantityError> {
-    Ok(match suffix {
-        "" => (0, 0),
-        "n" => (-9, 0),
-        "u" => (-6, 0),
-        "m" => (-3, 0),
-        "k" => (3, 0),
-        "M" => (6, 0),
-        "G" => (9, 0),
-        "T" => (12, 0),
-        "P" => (15, 0),
-        "E" => (18, 0),
-        "Ki" => (0, 10),
-        "Mi" => (0, 20),
-        "Gi" => (0, 30),
-        "Ti" => (0, 40),
-        "Pi" => (0, 50),
-        "Ei" => (0, 60),
-        _ => (parse_exponent(suffix)?, 0),
-    })
+    if suffix.is_empty() {
+        return Ok((0, 0));
+    }
+    if let Some(&(_, exp10)) = DECIMAL_SUFFIXES.iter().find(|(s, _)| *s == suffix) {
+        return Ok((exp10, 0));
+    }
+    if let Some(&(_, pow2)) = BINARY_SUFFIXES.iter().find(|(s, _)| *s == suffix) {
+        return Ok((0, pow2));
+    }
+    Ok((parse_exponent(suffix)?, 0))
 }
 
 /// `e<signed int>` or `E<signed int>`.
@@ -168,9 +174,18 @@ impl Parsed {
 mod tests {
     use super::*;
 
+    type Case<'a> = (&'a str, Result<i64, QuantityError>);
+
+    /// Asserts what `parse` makes of each case's text.
+    fn assert_parses(parse: fn(&str) -> Result<i64, QuantityError>, cases: &[Case<'_>]) {
+        for (text, want) in cases {
+            assert_eq!(parse(text), *want, "{text:?}");
+        }
+    }
+
     #[test]
     fn cpu_quantities() {
-        let cases: &[(&str, Result<i64, QuantityError>)] = &[
+        let cases: &[Case<'_>] = &[
             ("500m", Ok(500)),
             ("0.5", Ok(500)),
             (".5", Ok(500)),
@@ -187,38 +202,16 @@ mod tests {
             ("1k", Ok(1_000_000)),
             ("0.000000000000000000000000000000000000000000001", Ok(1)),
             ("1e-999999", Ok(1)),
-            ("0", Err(QuantityError::NotPositive)),
-            ("0m", Err(QuantityError::NotPositive)),
-            ("-1", Err(QuantityError::NotPositive)),
-            ("-0.5", Err(QuantityError::NotPositive)),
             ("1e-99999999999999999999", Ok(1)),
-            ("0e-99999999999999999999", Err(QuantityError::NotPositive)),
             ("9223372036854775807", Err(QuantityError::TooLarge)),
             ("1E", Err(QuantityError::TooLarge)),
-            ("1e99999999999999999999", Err(QuantityError::TooLarge)),
-            ("1e100", Err(QuantityError::TooLarge)),
-            ("", Err(QuantityError::Malformed)),
-            (".", Err(QuantityError::Malformed)),
-            ("m", Err(QuantityError::Malformed)),
-            ("1.2.3", Err(QuantityError::Malformed)),
-            ("1 m", Err(QuantityError::Malformed)),
-            ("1mi", Err(QuantityError::Malformed)),
-            ("1K", Err(QuantityError::Malformed)),
-            ("1e", Err(QuantityError::Malformed)),
-            ("1e+", Err(QuantityError::Malformed)),
-            ("1e1.5", Err(QuantityError::Malformed)),
-            ("--1", Err(QuantityError::Malformed)),
-            ("0x10", Err(QuantityError::Malformed)),
-            ("１", Err(QuantityError::Malformed)),
         ];
-        for (text, want) in cases {
-            assert_eq!(parse_cpu_milli(text), *want, "{text:?}");
-        }
+        assert_parses(parse_cpu_milli, cases);
     }
 
     #[test]
     fn memory_quantities() {
-        let cases: &[(&str, Result<i64, QuantityError>)] = &[
+        let cases: &[Case<'_>] = &[
             ("128Mi", Ok(128 << 20)),
             ("1Gi", Ok(1 << 30)),
             ("1.5Gi", Ok(3 << 29)),
@@ -230,19 +223,44 @@ mod tests {
             ("0.5", Ok(1)),
             ("1500m", Ok(2)),
             ("7Ei", Ok(7 << 60)),
-            ("8Ei", Err(QuantityError::TooLarge)),
             ("9223372036854775807", Ok(i64::MAX)),
-            ("9223372036854775808", Err(QuantityError::TooLarge)),
-            ("9.3E", Err(QuantityError::TooLarge)),
-            ("123456789012345678901234567890123456789", Err(QuantityError::TooLarge)),
-            ("99999999999999999999999Ei", Err(QuantityError::TooLarge)),
-            ("-128Mi", Err(QuantityError::NotPositive)),
-            ("0Gi", Err(QuantityError::NotPositive)),
-            ("128MB", Err(QuantityError::Malformed)),
-            ("Gi", Err(QuantityError::Malformed)),
         ];
-        for (text, want) in cases {
-            assert_eq!(parse_bytes(text), *want, "{text:?}");
+        assert_parses(parse_bytes, cases);
+    }
+
+    /// Both read one syntax and want a positive value that fits an i64 in any unit: what fails
+    /// that is refused alike as CPU and as memory.
+    #[test]
+    fn refused_alike_as_cpu_and_as_memory() {
+        let cases: &[(QuantityError, &[&str])] = &[
+            (
+                QuantityError::Malformed,
+                &[
+                    "", ".", "m", "1.2.3", "1 m", "1mi", "1K", "1e", "1e+", "1e1.5", "--1", "0x10", "１", "128MB", "Gi",
+                ],
+            ),
+            (
+                QuantityError::NotPositive,
+                &["0", "0m", "-1", "-0.5", "0e-99999999999999999999", "-128Mi", "0Gi"],
+            ),
+            (
+                QuantityError::TooLarge,
+                &[
+                    "1e99999999999999999999",
+                    "1e100",
+                    "8Ei",
+                    "9223372036854775808",
+                    "9.3E",
+                    "123456789012345678901234567890123456789",
+                    "99999999999999999999999Ei",
+                ],
+            ),
+        ];
+        for (error, texts) in cases {
+            for text in *texts {
+                assert_eq!(parse_cpu_milli(text), Err(*error), "{text:?}");
+                assert_eq!(parse_bytes(text), Err(*error), "{text:?}");
+            }
         }
     }
 

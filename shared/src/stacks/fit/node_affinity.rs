@@ -155,14 +155,15 @@ mod tests {
 
     #[test]
     fn field_requirements_select_by_name_only() {
+        let name = |operator: &str, values: &[&str]| req("metadata.name", operator, values);
         let rows = [
-            (req("metadata.name", "In", &["n1"]), true),
-            (req("metadata.name", "In", &["n2"]), false),
-            (req("metadata.name", "NotIn", &["n2"]), true),
-            (req("metadata.name", "NotIn", &["n1"]), false),
+            (name("In", &["n1"]), true),
+            (name("In", &["n2"]), false),
+            (name("NotIn", &["n2"]), true),
+            (name("NotIn", &["n1"]), false),
             // Exactly one value, In or NotIn only; other fields read as "".
-            (req("metadata.name", "In", &["n1", "n2"]), false),
-            (req("metadata.name", "Exists", &[]), false),
+            (name("In", &["n1", "n2"]), false),
+            (name("Exists", &[]), false),
             (req("metadata.uid", "In", &["n1"]), false),
             (req("metadata.uid", "NotIn", &["n1"]), true),
         ];

@@ -6,68 +6,31 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
 use super::{policy, stack_id, without_forced_fields};
-use crate::model::{Protocol, TargetPort};
+use crate::model::Protocol::{self, Tcp, Udp};
+use crate::model::TargetPort;
 use crate::validate::{HardenedPod, validate};
 
 /// Name, manifest and the target ports it exposes.
 type Entry = (&'static str, &'static str, &'static [(u16, Protocol)]);
 
+/// An entry of the file `corpus/<name>.<ext>`: the name is the file's, so they cannot drift apart.
+macro_rules! entry {
+    ($name:literal, $ext:literal, $ports:expr) => {
+        ($name, include_str!(concat!("corpus/", $name, ".", $ext)), $ports)
+    };
+}
+
 const CORPUS: &[Entry] = &[
-    (
-        "web-probes",
-        include_str!("corpus/web-probes.yaml"),
-        &[(8080, Protocol::Tcp)],
-    ),
-    (
-        "scripts-configmap",
-        include_str!("corpus/scripts-configmap.yaml"),
-        &[(1337, Protocol::Tcp)],
-    ),
-    (
-        "sidecar-logs",
-        include_str!("corpus/sidecar-logs.yaml"),
-        &[(80, Protocol::Tcp), (9113, Protocol::Tcp)],
-    ),
-    (
-        "udp-dns",
-        include_str!("corpus/udp-dns.yaml"),
-        &[(53, Protocol::Udp), (53, Protocol::Tcp), (8053, Protocol::Tcp)],
-    ),
-    (
-        "multi-port",
-        include_str!("corpus/multi-port.yaml"),
-        &[
-            (22, Protocol::Tcp),
-            (80, Protocol::Tcp),
-            (443, Protocol::Tcp),
-            (8080, Protocol::Tcp),
-        ],
-    ),
-    (
-        "init-flag",
-        include_str!("corpus/init-flag.yaml"),
-        &[(31337, Protocol::Tcp)],
-    ),
-    (
-        "downward-env",
-        include_str!("corpus/downward-env.yaml"),
-        &[(5000, Protocol::Tcp)],
-    ),
-    (
-        "kubectl-get",
-        include_str!("corpus/kubectl-get.yaml"),
-        &[(4000, Protocol::Tcp)],
-    ),
-    (
-        "anchors-merge",
-        include_str!("corpus/anchors-merge.yaml"),
-        &[(7001, Protocol::Tcp), (7002, Protocol::Tcp)],
-    ),
-    (
-        "flow-json",
-        include_str!("corpus/flow-json.json"),
-        &[(3000, Protocol::Tcp)],
-    ),
+    entry!("web-probes", "yaml", &[(8080, Tcp)]),
+    entry!("scripts-configmap", "yaml", &[(1337, Tcp)]),
+    entry!("sidecar-logs", "yaml", &[(80, Tcp), (9113, Tcp)]),
+    entry!("udp-dns", "yaml", &[(53, Udp), (53, Tcp), (8053, Tcp)]),
+    entry!("multi-port", "yaml", &[(22, Tcp), (80, Tcp), (443, Tcp), (8080, Tcp)]),
+    entry!("init-flag", "yaml", &[(31337, Tcp)]),
+    entry!("downward-env", "yaml", &[(5000, Tcp)]),
+    entry!("kubectl-get", "yaml", &[(4000, Tcp)]),
+    entry!("anchors-merge", "yaml", &[(7001, Tcp), (7002, Tcp)]),
+    entry!("flow-json", "json", &[(3000, Tcp)]),
 ];
 
 fn ports(list: &[(u16, Protocol)]) -> Vec<TargetPort> {
