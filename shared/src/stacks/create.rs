@@ -177,7 +177,9 @@ impl Stacks {
             )),
             Ok(result) => result,
             Err(_) => {
-                tracing::warn!(stack_id = %id, "create ran out of time; removing what it made");
+                // `reached`: the last step sent (`Cluster`: the pod; `Record`: the record), where
+                // the time went.
+                tracing::warn!(stack_id = %id, reached = ?progress.reached(), "create ran out of time; removing what it made");
                 Err(StackError::Unavailable(format!(
                     "cluster busy: create did not finish within {} ms, retry",
                     CREATE_WORK_BUDGET.as_millis()
