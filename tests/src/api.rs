@@ -417,7 +417,6 @@ impl ApiHarness {
     }
 }
 
-/// The ids of the stacks of `pages`, in order.
 /// The settings that expose stacks by `exposure` on ports `min` to `max` (inclusive): tests on
 /// the shared real nodes each take a range of their own.
 pub fn exposed_on<'a>(exposure: &'a str, min: &'a str, max: &'a str) -> [(&'static str, &'a str); 3] {
@@ -428,6 +427,7 @@ pub fn exposed_on<'a>(exposure: &'a str, min: &'a str, max: &'a str) -> [(&'stat
     ]
 }
 
+/// The ids of the stacks of `pages`, in order.
 pub fn listed_ids(pages: &[Reply]) -> Vec<String> {
     pages
         .iter()

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::env::EnvSettings;
 use crate::env::processes::Component;
 use crate::env::real_nodes;
-use crate::proc_status::cpu_time_with_children;
+use crate::proc_status::{cpu_time_with_children, machine_busy};
 
 /// CPU time each component, and the machine, has used so far.
 pub struct CpuUse {
@@ -69,27 +69,6 @@ impl CpuUse {
     }
 }
 
-/// Busy CPU time of the machine since boot, niced processes left out: `/proc/stat`'s first line.
-fn machine_busy() -> Option<Duration> {
-    busy_of(std::fs::read_to_string("/proc/stat").ok()?.lines().next()?)
-}
-
-/// user + system + irq + softirq + steal of a `cpu  user nice system idle iowait irq softirq
-/// steal ...` line, in `USER_HZ` ticks (100 a second).
-fn busy_of(line: &str) -> Option<Duration> {
-    let ticks: Vec<u64> = line
-        .strip_prefix("cpu ")?
-        .split_whitespace()
-        .map(str::parse)
-        .collect::<Result<_, _>>()
-        .ok()?;
-    let busy = [0, 2, 5, 6, 7]
-        .iter()
-        .map(|&i| ticks.get(i).copied())
-        .sum::<Option<u64>>()?;
-    Some(Duration::from_millis(busy * 10))
-}
-
 /// CPU of every containerd shim running now, with the children it reaped (runc).
 pub fn shim_cpu() -> Duration {
     let Ok(entries) = std::fs::read_dir("/proc") else {
@@ -104,18 +83,4 @@ pub fn shim_cpu() -> Duration {
         })
         .filter_map(cpu_time_with_children)
         .sum()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_machine_is_busy_with_all_but_niced_idle_and_waiting_time() {
-        // user nice system idle iowait irq softirq steal guest guest_nice
-        let line = "cpu  100 5000 20 90000 300 3 4 1 0 0";
-        assert_eq!(busy_of(line), Some(Duration::from_millis((100 + 20 + 3 + 4 + 1) * 10)));
-        assert_eq!(busy_of("cpu0 1 2 3 4 5 6 7 8"), None);
-        assert_eq!(busy_of("cpu  1 2 3"), None);
-    }
 }

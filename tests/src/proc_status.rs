@@ -1,10 +1,10 @@
 //! Memory and CPU time of a process as Linux reports them in `/proc/<pid>/status` (`VmRSS`,
-//! `VmHWM`, ...) and `/proc/<pid>/stat`.
+//! `VmHWM`, ...) and `/proc/<pid>/stat`, and the machine's busy CPU time (`/proc/stat`).
 
 use std::time::Duration;
 
-/// Ticks per second of the times in `/proc/<pid>/stat` (`USER_HZ`, fixed at 100 in Linux's
-/// user-space ABI).
+/// Ticks per second of the times in `/proc/<pid>/stat` and `/proc/stat` (`USER_HZ`, fixed at
+/// 100 in Linux's user-space ABI).
 const USER_HZ: u64 = 100;
 
 /// Which process to read.
@@ -64,7 +64,33 @@ fn stat_times(stat: &str, count: usize) -> Option<Duration> {
         .map(str::parse)
         .collect::<Result<_, _>>()
         .ok()?;
-    (ticks.len() == count).then(|| Duration::from_millis(ticks.iter().sum::<u64>() * 1000 / USER_HZ))
+    (ticks.len() == count).then(|| duration_of(ticks.iter().sum()))
+}
+
+/// Busy CPU time of the machine since boot, niced processes left out: `/proc/stat`'s first line.
+pub fn machine_busy() -> Option<Duration> {
+    busy_of(std::fs::read_to_string("/proc/stat").ok()?.lines().next()?)
+}
+
+/// user + system + irq + softirq + steal of a `cpu  user nice system idle iowait irq softirq
+/// steal ...` line.
+fn busy_of(line: &str) -> Option<Duration> {
+    let ticks: Vec<u64> = line
+        .strip_prefix("cpu ")?
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    let busy = [0, 2, 5, 6, 7]
+        .iter()
+        .map(|&i| ticks.get(i).copied())
+        .sum::<Option<u64>>()?;
+    Some(duration_of(busy))
+}
+
+/// A time in `USER_HZ` ticks, as `/proc` gives it.
+fn duration_of(ticks: u64) -> Duration {
+    Duration::from_millis(ticks * 1000 / USER_HZ)
 }
 
 /// `12.3 MiB (12.9 MB)`, or `unknown`.
@@ -98,6 +124,15 @@ mod tests {
             stat_times("4242 (short) S 1 4242 4242 0 -1 4194560 900 0 0 0 2345 655 1", 4),
             None
         );
+    }
+
+    #[test]
+    fn the_machine_is_busy_with_all_but_niced_idle_and_waiting_time() {
+        // user nice system idle iowait irq softirq steal guest guest_nice
+        let line = "cpu  100 5000 20 90000 300 3 4 1 0 0";
+        assert_eq!(busy_of(line), Some(Duration::from_millis((100 + 20 + 3 + 4 + 1) * 10)));
+        assert_eq!(busy_of("cpu0 1 2 3 4 5 6 7 8"), None);
+        assert_eq!(busy_of("cpu  1 2 3"), None);
     }
 
     #[test]
