@@ -72,6 +72,9 @@ pub struct RealNodeStacks {
     pub isolation_check: bool,
     /// `--cpu-limits`: the API's `STACK_CPU_LIMITS`; on unless `off`.
     pub cpu_limits: bool,
+    /// `--runtime-class`: the API's `STACK_RUNTIME_CLASS` (`gvisor` on the real nodes); the
+    /// nodes' default, runc, when not given.
+    pub runtime_class: Option<String>,
 }
 
 impl RealNodeStacks {
@@ -83,6 +86,7 @@ impl RealNodeStacks {
             poll: Duration::from_millis(args.number("--poll-ms", 100)),
             isolation_check: args.on("--isolation-check"),
             cpu_limits: args.on("--cpu-limits"),
+            runtime_class: args.parsed("--runtime-class"),
         }
     }
 
@@ -100,16 +104,18 @@ impl RealNodeStacks {
         }
         settings.push(("STACK_EXPOSURE", self.exposure.clone()));
         settings.push(("STACK_CPU_LIMITS", self.cpu_limits.to_string()));
+        settings.push(("STACK_RUNTIME_CLASS", self.runtime_class.clone().unwrap_or_default()));
         settings
     }
 
-    /// How the benchmarks print the isolation check and the CPU limits.
+    /// How the benchmarks print the isolation check, the CPU limits and the runtime.
     pub fn settings_said(&self) -> String {
         let on = |yes: bool| if yes { "on" } else { "off" };
         format!(
-            "isolation check {}, cpu limits {}",
+            "isolation check {}, cpu limits {}, runtime class {}",
             on(self.isolation_check),
-            on(self.cpu_limits)
+            on(self.cpu_limits),
+            self.runtime_class.as_deref().unwrap_or("(none: runc)")
         )
     }
 }

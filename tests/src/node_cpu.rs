@@ -69,7 +69,8 @@ impl CpuUse {
     }
 }
 
-/// CPU of every containerd shim running now, with the children it reaped (runc).
+/// CPU of every containerd shim running now, with the children it reaped (runc), and of
+/// gVisor's sandboxes and gofers (the Sentry runs the challenge's own processes).
 pub fn shim_cpu() -> Duration {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Duration::ZERO;
@@ -79,8 +80,15 @@ pub fn shim_cpu() -> Duration {
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| {
             std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| String::from_utf8_lossy(&c).contains("containerd-shim-runc-v2"))
+                .is_ok_and(|c| is_runtime_process(&String::from_utf8_lossy(&c)))
         })
         .filter_map(cpu_time_with_children)
         .sum()
+}
+
+fn is_runtime_process(cmdline: &str) -> bool {
+    cmdline.contains("containerd-shim-runc-v2")
+        || cmdline.contains("containerd-shim-runsc-v1")
+        || cmdline.starts_with("runsc-sandbox")
+        || cmdline.starts_with("runsc-gofer")
 }

@@ -6,7 +6,7 @@
 //! cargo build --release -p stack-api -p stack-tests --bin stack-api --bin bench-connect
 //! target/release/bench-connect [--bursts 1,25,50,75] [--sequential 10] [--exposure hostport|nodeport]
 //!                              [--cpu 50m] [--poll-ms 100] [--rounds 1] [--proxy-sync 1s]
-//!                              [--isolation-check on|off] [--cpu-limits on|off]
+//!                              [--isolation-check on|off] [--cpu-limits on|off] [--runtime-class gvisor]
 //! ```
 //!
 //! Prints, per burst: create → `running` and create → first successful read (p50/p95/p99/max),

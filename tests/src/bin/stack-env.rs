@@ -5,7 +5,7 @@
 //! stack-env create-table <name>   # DynamoDB table from template.yaml's StackTable (no-op if present)
 //! stack-env bootstrap-nodes       # the default simulated nodes, waited until a stack pod schedules
 //! stack-env admission-policy      # functions/kubernetes-rbac.yaml's admission policies, waited until enforced
-//! stack-env init-real-nodes       # the real nodes given addresses (as EKS's cloud controller does), Ready, running a pod
+//! stack-env init-real-nodes       # the real nodes given addresses (as EKS's cloud controller does), Ready, running a pod under runc and under gVisor
 //! stack-env init-joining-node <name> # a node that joins at runtime (tests/env/add-node) given its address, Ready
 //! stack-env cluster-dns <ip>      # CoreDNS on the real nodes behind the kube-dns Service at <ip>, waited until Ready
 //! stack-env lambda-bootstraps     # sam build's bootstraps present and newer than the sources (else exit 1)
@@ -147,10 +147,11 @@ async fn run_init_real_nodes() -> Result<(), EnvError> {
     for node in real_nodes::init(&client, settings.real_nodes, &registry).await? {
         let address = stack_core::node_external_ip(&node).unwrap_or_default();
         eprintln!(
-            "stack-env: real node {} Ready (role={}, address {address}), a pod of {} ran on it",
+            "stack-env: real node {} Ready (role={}, address {address}), a pod of {} ran on it under runc and under gVisor (RuntimeClass {})",
             node.metadata.name.as_deref().unwrap_or_default(),
             real_nodes::STACK_ROLE,
-            real_nodes::image(&registry, "tcp")
+            real_nodes::image(&registry, "tcp"),
+            real_nodes::GVISOR_RUNTIME_CLASS,
         );
     }
     Ok(())

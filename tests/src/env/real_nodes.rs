@@ -1,4 +1,4 @@
-//! Real nodes (`tests/env/nodes.sh`): kubelets on containerd and runc, each in a network
+//! Real nodes (`tests/env/nodes.sh`): kubelets on containerd with runc and gVisor, each in a network
 //! namespace of its own, labelled `role=stack`. Stacks created in the environment run there.
 //!
 //! The kubelets run with `--cloud-provider=external`, as EKS's do, so a node waits for a
@@ -10,8 +10,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ContainerPort, Node, Pod, ResourceRequirements};
+use k8s_openapi::api::node::v1::{Overhead, RuntimeClass};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube::api::{Patch, PatchParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
@@ -23,6 +25,17 @@ use super::wait::wait_for;
 pub const STACK_ROLE: &str = "stack";
 /// Every real node carries this label (kwok's nodes do not).
 pub const REAL_NODE_LABEL: (&str, &str) = ("stack-env/node", "real");
+
+/// gVisor's RuntimeClass on the real nodes (handler `runsc` in their containerd), made by
+/// [`init`] as an operator makes it beside the runtime: `STACK_RUNTIME_CLASS=gvisor` runs every
+/// stack in gVisor's sandbox.
+pub const GVISOR_RUNTIME_CLASS: &str = "gvisor";
+const GVISOR_HANDLER: &str = "runsc";
+/// What a gVisor sandbox needs beside its containers, added to every such pod's requests and
+/// to its cgroup's limits (the RuntimeClass's `overhead`): the Sentry and the gofer run in the
+/// pod's cgroup. Idle, the `tcp` challenge's sandbox holds ~22 MiB; without this its 32Mi
+/// limit killed it (OOMKilled) as soon as its shell forked a few probes.
+const GVISOR_OVERHEAD: [(&str, &str); 2] = [("cpu", "50m"), ("memory", "32Mi")];
 
 const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 /// Where a kubelet with an external cloud provider puts its `--node-ip`.
@@ -94,13 +107,46 @@ pub fn isolation_check_image(registry: &str) -> String {
 }
 
 /// Initializes the real nodes 1..=`count` as a cloud controller would, waits until each is
-/// Ready, and runs a pod on each (the sandbox and the TCP challenge image pulled, the pod
-/// network up), so that `up` returns with nodes that really run stacks.
+/// Ready, makes gVisor's RuntimeClass and runs a pod on each node under each runtime (the
+/// sandbox and the TCP challenge image pulled, the pod network up), so that `up` returns with
+/// nodes that really run stacks.
 pub async fn init(client: &Client, count: usize, registry: &str) -> Result<Vec<Node>, EnvError> {
     let names: Vec<String> = (1..=count).map(node_name).collect();
     let nodes = futures::future::try_join_all(names.iter().map(|name| initialize(client, name))).await?;
-    futures::future::try_join_all(names.iter().map(|name| run_probe(client, name, registry))).await?;
+    create_gvisor_runtime_class(client).await?;
+    let probes = names
+        .iter()
+        .flat_map(|name| [None, Some(GVISOR_RUNTIME_CLASS)].map(|class| run_probe(client, name, registry, class)));
+    futures::future::try_join_all(probes).await?;
     Ok(nodes)
+}
+
+async fn create_gvisor_runtime_class(client: &Client) -> Result<(), EnvError> {
+    let class = RuntimeClass {
+        metadata: ObjectMeta {
+            name: Some(GVISOR_RUNTIME_CLASS.to_owned()),
+            ..ObjectMeta::default()
+        },
+        handler: GVISOR_HANDLER.to_owned(),
+        overhead: Some(Overhead {
+            pod_fixed: Some(
+                GVISOR_OVERHEAD
+                    .iter()
+                    .map(|(name, amount)| ((*name).to_owned(), Quantity((*amount).to_owned())))
+                    .collect(),
+            ),
+        }),
+        ..RuntimeClass::default()
+    };
+    match Api::<RuntimeClass>::all(client.clone())
+        .create(&PostParams::default(), &class)
+        .await
+    {
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        created => created
+            .map(drop)
+            .map_err(EnvError::kube(format!("create RuntimeClass {GVISOR_RUNTIME_CLASS}"))),
+    }
 }
 
 /// Initializes a node that joined at runtime (`tests/env/add-node`) as [`init`] does, without
@@ -150,14 +196,20 @@ async fn initialize(client: &Client, name: &str) -> Result<Node, EnvError> {
     wait_node_ready(client, name).await
 }
 
-/// A pod of the TCP challenge on `node`, waited until Ready, then deleted.
-async fn run_probe(client: &Client, node: &str, registry: &str) -> Result<(), EnvError> {
+/// A pod of the TCP challenge on `node` under `runtime_class` (the node's default, runc, when
+/// none), waited until Ready, then deleted.
+async fn run_probe(client: &Client, node: &str, registry: &str, runtime_class: Option<&str>) -> Result<(), EnvError> {
     let limits = BTreeMap::from([
         ("cpu".to_owned(), Quantity("50m".to_owned())),
         ("memory".to_owned(), Quantity("32Mi".to_owned())),
     ]);
-    let mut probe = probe_pod(&format!("probe-{node}"), &image(registry, "tcp"));
+    let name = match runtime_class {
+        Some(class) => format!("probe-{node}-{class}"),
+        None => format!("probe-{node}"),
+    };
+    let mut probe = probe_pod(&name, &image(registry, "tcp"));
     let spec = probe.spec.get_or_insert_default();
+    spec.runtime_class_name = runtime_class.map(str::to_owned);
     spec.node_selector = Some(BTreeMap::from([
         ("kubernetes.io/hostname".to_owned(), node.to_owned()),
         (ROLE_LABEL.to_owned(), STACK_ROLE.to_owned()),
@@ -173,7 +225,8 @@ async fn run_probe(client: &Client, node: &str, registry: &str) -> Result<(), En
         limits: Some(limits),
         ..ResourceRequirements::default()
     });
-    run_probe_pod(client, &probe, &format!("a pod to run on {node}"), is_pod_ready).await
+    let what = format!("a pod to run on {node} under {}", runtime_class.unwrap_or("runc"));
+    run_probe_pod(client, &probe, &what, is_pod_ready).await
 }
 
 /// Whether the pod's Ready condition is True.

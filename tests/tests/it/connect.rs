@@ -13,6 +13,7 @@ use http::Method;
 use serde_json::{Value, json};
 use stack_tests::api::{ApiHarness, Reply, exposed_on};
 use stack_tests::challenges::Challenge;
+use stack_tests::env::real_nodes::GVISOR_RUNTIME_CLASS;
 use stack_tests::participant::{
     CAP_NET_RAW, address_of, has_capability, http_get, read_all, status_field, time_until_refused,
 };
@@ -120,33 +121,60 @@ async fn a_participant_reads_the_challenge_in_both_exposure_modes_and_both_clien
     futures::future::join_all(runs).await;
 }
 
+/// The kernel this machine runs, which the real nodes share: what a participant's calls reach
+/// under runc.
+fn the_nodes_kernel() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .expect("this machine's kernel release")
+        .trim()
+        .to_owned()
+}
+
 #[tokio::test]
 async fn the_runtime_applies_the_forced_hardening_seen_from_inside() {
-    let api = on_real_nodes("nodeport", (32748, 32751), &[]).await;
-    let challenge = Challenge::local(api.registry(), "tcp");
-    let said = said_by_a_stack(&api, &challenge, json!(8080)).await;
-    assert_eq!(
-        status_field(&said, "Seccomp"),
-        Some("2"),
-        "seccomp RuntimeDefault: {said}"
-    );
-    assert_eq!(status_field(&said, "NoNewPrivs"), Some("1"), "{said}");
-    let caps = status_field(&said, "CapEff").unwrap_or_else(|| panic!("no CapEff in {said}"));
-    assert!(
-        !has_capability(caps, CAP_NET_RAW),
-        "NET_RAW must be dropped: CapEff {caps}"
-    );
-    assert_eq!(
-        status_field(&said, "token"),
-        Some("absent"),
-        "no service account token: {said}"
-    );
-    assert_eq!(
-        status_field(&said, "cpu_quota"),
-        Some("20000/100000"),
-        "the manifest's 200m CPU limit is a CFS quota: {said}"
-    );
-    api.finish().await;
+    // runc and gVisor (the operator's STACK_RUNTIME_CLASS): the same hardening either way.
+    let runtimes = [(None, (32748, 32749)), (Some(GVISOR_RUNTIME_CLASS), (32750, 32751))];
+    let runs = runtimes.into_iter().map(|(class, ports)| async move {
+        let extra: Vec<(&str, &str)> = class.map(|c| ("STACK_RUNTIME_CLASS", c)).into_iter().collect();
+        let api = on_real_nodes("nodeport", ports, &extra).await;
+        let challenge = Challenge::local(api.registry(), "tcp");
+        let said = said_by_a_stack(&api, &challenge, json!(8080)).await;
+        let runtime = class.unwrap_or("runc");
+        assert_eq!(
+            status_field(&said, "Seccomp"),
+            Some("2"),
+            "{runtime}: seccomp RuntimeDefault: {said}"
+        );
+        assert_eq!(status_field(&said, "NoNewPrivs"), Some("1"), "{runtime}: {said}");
+        let caps = status_field(&said, "CapEff").unwrap_or_else(|| panic!("no CapEff in {said}"));
+        assert!(
+            !has_capability(caps, CAP_NET_RAW),
+            "{runtime}: NET_RAW must be dropped: CapEff {caps}"
+        );
+        assert_eq!(
+            status_field(&said, "token"),
+            Some("absent"),
+            "{runtime}: no service account token: {said}"
+        );
+        let kernel = status_field(&said, "kernel").unwrap_or_else(|| panic!("no kernel in {said}"));
+        if class.is_none() {
+            assert_eq!(kernel, the_nodes_kernel(), "runc shares the node's kernel: {said}");
+            assert_eq!(
+                status_field(&said, "cpu_quota"),
+                Some("20000/100000"),
+                "the manifest's 200m CPU limit is a CFS quota: {said}"
+            );
+        } else {
+            // The quota holds the sandbox on the node; gVisor's Sentry does not show it inside.
+            assert_ne!(
+                kernel,
+                the_nodes_kernel(),
+                "gVisor's own kernel, not the node's: {said}"
+            );
+        }
+        api.finish().await;
+    });
+    futures::future::join_all(runs).await;
 }
 
 #[tokio::test]
@@ -395,30 +423,35 @@ async fn a_stack_that_cannot_start_ends_failed_with_its_reason_and_frees_its_por
 }
 
 #[tokio::test]
-async fn every_stack_runs_under_the_operators_runtime_class() {
-    use k8s_openapi::api::node::v1::RuntimeClass;
-    use kube::api::PostParams;
-    // The real nodes' containerd offers the handler `runc`; gVisor's shim cannot run on these
-    // machines (tests/env/README.md), so the class the operator forces here names runc.
-    const CLASS: &str = "stack-env-runc";
-    let api = on_real_nodes("hostport", (32704, 32705), &[("STACK_RUNTIME_CLASS", CLASS)]).await;
-    let class: RuntimeClass =
-        serde_json::from_value(json!({ "metadata": { "name": CLASS }, "handler": "runc" })).expect("a RuntimeClass");
-    match kube::Api::<RuntimeClass>::all(api.env.kube.clone())
-        .create(&PostParams::default(), &class)
-        .await
-    {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 409 => {}
-        Err(error) => panic!("create RuntimeClass {CLASS}: {error}"),
-    }
-    let challenge = Challenge::local(api.registry(), "tcp");
-    let (id, address) = create_running(&api, &challenge, json!(8080)).await;
-    assert!(banner(address).await.contains(&challenge.flag));
-    let pod = api.pods_api().get(&id).await.expect("the stack's pod");
-    assert_eq!(pod.spec.and_then(|s| s.runtime_class_name).as_deref(), Some(CLASS));
-    api.delete_stack(&id).await;
-    api.finish().await;
+async fn under_gvisor_a_participant_reads_the_challenge_on_a_kernel_that_is_not_the_nodes() {
+    // Both exposure modes: the Sentry's netstack behind the pod's veth, then portmap or
+    // kube-proxy on the node, as under runc.
+    let cases = [("hostport", (32704, 32705)), ("nodeport", (32714, 32715))];
+    let runs = cases.into_iter().map(|(exposure, ports)| async move {
+        let api = on_real_nodes(exposure, ports, &[("STACK_RUNTIME_CLASS", GVISOR_RUNTIME_CLASS)]).await;
+        let challenge = Challenge::local(api.registry(), "tcp");
+        let (id, address) = create_running(&api, &challenge, json!(8080)).await;
+        let said = banner(address).await;
+        assert!(
+            said.contains(&format!("flag: {}", challenge.flag)),
+            "{exposure}: {said}"
+        );
+        let kernel = status_field(&said, "kernel").unwrap_or_else(|| panic!("no kernel in {said}"));
+        assert_ne!(kernel, the_nodes_kernel(), "{exposure}: {said}");
+        let pod = api.pods_api().get(&id).await.expect("the stack's pod");
+        assert_eq!(
+            pod.spec.and_then(|s| s.runtime_class_name).as_deref(),
+            Some(GVISOR_RUNTIME_CLASS)
+        );
+        api.delete_stack(&id).await;
+        let gone = time_until_refused(address, GONE_BOUND).await;
+        assert!(
+            gone.is_some(),
+            "{exposure}: {address} still answers {GONE_BOUND:?} after the delete"
+        );
+        api.finish().await;
+    });
+    futures::future::join_all(runs).await;
 }
 
 #[tokio::test]
