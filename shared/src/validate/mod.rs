@@ -84,7 +84,7 @@ pub fn validate(
     volumes::check(spec)?;
     references::check(spec, policy)?;
     ports::check_declared(target_ports, &spec.containers)?;
-    readiness::probe_target_ports(&mut spec.containers, target_ports);
+    readiness::probe_target_ports(&mut spec.containers, target_ports, policy.runtime_class.is_some());
     let totals = resources::normalize(spec, policy)?;
     volumes::cap_empty_dirs(spec, policy.ephemeral_storage_limit);
     harden::apply(&mut pod, stack_id, policy);

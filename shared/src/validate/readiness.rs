@@ -9,6 +9,12 @@
 //! start). A TCP probe needs only the kernel's handshake, so a busy single-threaded challenge
 //! passes; a fork-per-connection one forks a handler that reads EOF, every `PERIOD_SECS`
 //! for the stack's life.
+//!
+//! Under a sandboxed runtime (`STACK_RUNTIME_CLASS`, e.g. gVisor) the probe is a startup probe
+//! instead: it stops at its first success, since every connection costs the sandbox's own
+//! kernel a fork it does far more slowly than the node's. Measured here, gVisor on systrap, 25
+//! stacks at once: the readiness probe's connections took the sandboxes ~50 ms of CPU a second
+//! each, and 15 of 25 participants waited more than 5 s for their banner after `running`.
 //! The kubelet's source address is its node's, which EKS's network policy agent and kube-router
 //! both let through whatever the isolation policy says. UDP ports cannot be probed this way.
 
@@ -24,10 +30,14 @@ use crate::model::{Protocol, TargetPort};
 const PERIOD_SECS: i32 = 1;
 /// Failed probes in a row before a Ready stack counts as not answering (10 s).
 const FAILURE_THRESHOLD: i32 = 10;
+/// A startup probe that fails this often restarts the container: an hour of not listening,
+/// long after any start deadline has failed the stack.
+const STARTUP_FAILURE_THRESHOLD: i32 = 3600;
 
 /// Gives each container of `containers` that exposes a TCP target port and has no readiness
-/// or startup probe a TCP readiness probe on the first of them.
-pub(super) fn probe_target_ports(containers: &mut [Container], target_ports: &[TargetPort]) {
+/// or startup probe a TCP probe on the first of them: a readiness probe, or a startup probe
+/// when the pod runs `sandboxed`.
+pub(super) fn probe_target_ports(containers: &mut [Container], target_ports: &[TargetPort], sandboxed: bool) {
     for container in containers
         .iter_mut()
         .filter(|c| c.readiness_probe.is_none() && c.startup_probe.is_none())
@@ -40,7 +50,15 @@ pub(super) fn probe_target_ports(containers: &mut [Container], target_ports: &[T
                     .any(|declared| declared == (i32::from(port.container_port), Protocol::Tcp.as_str()))
             })
         {
-            container.readiness_probe = Some(tcp_probe(port.container_port));
+            let probe = tcp_probe(port.container_port);
+            if sandboxed {
+                container.startup_probe = Some(Probe {
+                    failure_threshold: Some(STARTUP_FAILURE_THRESHOLD),
+                    ..probe
+                });
+            } else {
+                container.readiness_probe = Some(probe);
+            }
         }
     }
 }
@@ -108,7 +126,7 @@ mod tests {
             target(9000, Protocol::Tcp),
             target(8080, Protocol::Tcp),
         ];
-        probe_target_ports(&mut containers, &targets);
+        probe_target_ports(&mut containers, &targets, false);
         let probed: Vec<_> = containers.iter().map(probed_port).collect();
         // The target ports' order decides, a container exposing none is left alone.
         assert_eq!(probed, [Some(9001), Some(8080), None]);
@@ -139,9 +157,23 @@ mod tests {
         probe_target_ports(
             &mut containers,
             &[target(8080, Protocol::Tcp), target(8080, Protocol::Udp)],
+            false,
         );
         assert_eq!(containers[0].readiness_probe.as_ref(), Some(&own));
         assert_eq!(containers[1].readiness_probe, None, "its startup probe gates Ready");
         assert_eq!(containers[2].readiness_probe, None, "8080/UDP only");
+    }
+
+    #[test]
+    fn a_sandboxed_pod_is_probed_until_it_first_answers_and_never_again() {
+        let mut containers = vec![container("web", &[(8080, None)])];
+        probe_target_ports(&mut containers, &[target(8080, Protocol::Tcp)], true);
+        assert_eq!(containers[0].readiness_probe, None);
+        let probe = containers[0].startup_probe.as_ref().expect("a startup probe");
+        let port = probe.tcp_socket.as_ref().map(|t| t.port.clone());
+        assert_eq!(port, Some(IntOrString::Int(8080)));
+        assert_eq!(probe.period_seconds, Some(PERIOD_SECS));
+        // Failing probes restart a container that never listens, but only long after its start.
+        assert!(probe.failure_threshold.unwrap_or(3) * probe.period_seconds.unwrap_or(10) >= 3600);
     }
 }

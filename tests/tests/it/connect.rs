@@ -1,4 +1,4 @@
-//! The moment the product exists for, on the real nodes (kubelet, containerd, runc, CNI,
+//! The moment the product exists for, on the real nodes (kubelet, containerd, runc or gVisor, CNI,
 //! kube-proxy): a platform creates a stack, polls its status, and the participant connects to
 //! `node_public_ip:node_port` and reads the challenge.
 //!
