@@ -282,32 +282,39 @@ async fn a_root_image_under_run_as_non_root_ends_failed_with_the_kubelets_reason
 
 #[tokio::test]
 async fn a_challenge_that_listens_late_answers_its_first_request_once_running() {
-    let api = on_real_nodes("hostport", (32752, 32755), &[]).await;
-    // It sleeps 3 s before listening: with its own readiness probe, and with none (the
-    // provisioner's TCP probe stands in).
-    let plain = Challenge::local(api.registry(), "http");
-    for challenge in [plain.clone().with_http_readiness(), plain] {
-        let declared = challenge.manifest().contains("readinessProbe");
-        let created_at = Instant::now();
-        let created = api.create(&challenge.manifest(), json!(8080)).await;
-        assert_eq!(created.status, 201, "{}", created.json);
-        assert_eq!(created.json["status"], "creating", "not ready yet: {}", created.json);
-        let id = created.stack_id();
-        let (status, seen) = poll_status(&api, &id, START_BOUND).await;
-        assert_eq!(status.json["status"], "running", "{}", status.json);
-        assert!(
-            created_at.elapsed() >= Duration::from_secs(3),
-            "probe declared: {declared}; running after {:?}, before the challenge listens; statuses {seen:?}",
-            created_at.elapsed()
-        );
-        let address = address_of(&status.json).expect("address");
-        let (code, body) = http_get(address, "/")
-            .await
-            .unwrap_or_else(|e| panic!("probe declared: {declared}; first request after `running` failed: {e}"));
-        assert_eq!((code, body.trim()), (200, "stack-env http challenge"));
-        api.delete_stack(&id).await;
-    }
-    api.finish().await;
+    // Under runc and under gVisor, where the probe the provisioner adds is a startup probe.
+    let runtimes = [(None, (32752, 32755)), (Some(GVISOR_RUNTIME_CLASS), (32760, 32763))];
+    let runs = runtimes.into_iter().map(|(class, ports)| async move {
+        let extra: Vec<(&str, &str)> = class.map(|c| ("STACK_RUNTIME_CLASS", c)).into_iter().collect();
+        let api = on_real_nodes("hostport", ports, &extra).await;
+        let runtime = class.unwrap_or("runc");
+        // It sleeps 3 s before listening: with its own readiness probe, and with none (the
+        // provisioner's TCP probe stands in).
+        let plain = Challenge::local(api.registry(), "http");
+        for challenge in [plain.clone().with_http_readiness(), plain] {
+            let declared = challenge.manifest().contains("readinessProbe");
+            let created_at = Instant::now();
+            let created = api.create(&challenge.manifest(), json!(8080)).await;
+            assert_eq!(created.status, 201, "{}", created.json);
+            assert_eq!(created.json["status"], "creating", "not ready yet: {}", created.json);
+            let id = created.stack_id();
+            let (status, seen) = poll_status(&api, &id, START_BOUND).await;
+            assert_eq!(status.json["status"], "running", "{}", status.json);
+            assert!(
+                created_at.elapsed() >= Duration::from_secs(3),
+                "{runtime}, probe declared: {declared}; running after {:?}, before the challenge listens; statuses {seen:?}",
+                created_at.elapsed()
+            );
+            let address = address_of(&status.json).expect("address");
+            let (code, body) = http_get(address, "/").await.unwrap_or_else(|e| {
+                panic!("{runtime}, probe declared: {declared}; first request after `running` failed: {e}")
+            });
+            assert_eq!((code, body.trim()), (200, "stack-env http challenge"));
+            api.delete_stack(&id).await;
+        }
+        api.finish().await;
+    });
+    futures::future::join_all(runs).await;
 }
 
 #[tokio::test]
