@@ -428,6 +428,14 @@ impl ObservedState {
     }
 }
 
+/// What a RuntimeClass adds to each of its pods beside the containers (its `overhead.podFixed`,
+/// e.g. gVisor's Sentry and gofer): the scheduler counts it, the kubelet gives it to the pod.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct PodOverhead {
+    pub(crate) cpu_milli: i64,
+    pub(crate) memory_bytes: i64,
+}
+
 /// What one stack holds of the cluster: the part of its record that `/stats` counts. The
 /// table's `usage` index (template.yaml) projects exactly these attributes, so reading every
 /// stack's usage reads small index items, never the records (names must match the record's).

@@ -15,6 +15,7 @@ mod placement;
 mod pod_metadata;
 mod pod_watch;
 mod prepull_objects;
+mod runtime_class;
 mod stack_nodes;
 
 use std::collections::HashSet;
@@ -125,6 +126,7 @@ pub struct Cluster {
     port_refresh: tokio::sync::Mutex<()>,
     node_addresses: NodeAddresses,
     stack_nodes: StackNodeView,
+    runtime_overhead: tokio::sync::OnceCell<crate::model::PodOverhead>,
 }
 
 impl Cluster {
@@ -138,6 +140,7 @@ impl Cluster {
             port_refresh: tokio::sync::Mutex::new(()),
             node_addresses: NodeAddresses::default(),
             stack_nodes: StackNodeView::default(),
+            runtime_overhead: tokio::sync::OnceCell::new(),
             port_policy,
             namespace: namespace.to_owned(),
             client,

@@ -144,6 +144,7 @@ impl Stacks {
         // create is undone and still answers 400.)
         let manifest = StoredManifest::encode(&hardened.yaml)?;
         let _slot = self.create_slots.enter().await?;
+        let hardened = self.with_runtime_overhead(hardened).await?;
         let progress = Progress::new();
         // From here on the key is the stored (tenant-scoped) one.
         request.idempotency_key = request

@@ -52,12 +52,10 @@ impl Stacks {
                 "stacks: {total} stacks in all, at most {MAX_PREFLIGHT_COUNT}"
             )));
         }
-        let expected = plan
-            .stacks
-            .iter()
-            .enumerate()
-            .map(|(index, stacks)| self.expected(index, stacks))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut expected = Vec::with_capacity(plan.stacks.len());
+        for (index, stacks) in plan.stacks.iter().enumerate() {
+            expected.push(self.expected(index, stacks).await?);
+        }
         let (usage, nodes) = tokio::try_join!(
             async { self.store.list_stack_usage().await.map_err(StackError::from) },
             async { self.cluster.list_nodes().await.map_err(StackError::from) },
@@ -90,7 +88,7 @@ impl Stacks {
         Ok(forecast(&expected, &room))
     }
 
-    fn expected(&self, index: usize, stacks: &ExpectedStacks) -> Result<Expected, StackError> {
+    async fn expected(&self, index: usize, stacks: &ExpectedStacks) -> Result<Expected, StackError> {
         if stacks.count == 0 || stacks.count > MAX_PREFLIGHT_COUNT {
             return Err(StackError::Invalid(format!(
                 "stacks[{index}].count: 1 to {MAX_PREFLIGHT_COUNT}"
@@ -103,6 +101,7 @@ impl Stacks {
             &self.config.validation,
         )
         .map_err(|rejection| StackError::Invalid(format!("stacks[{index}]: invalid pod spec: {rejection}")))?;
+        let hardened = self.with_runtime_overhead(hardened).await?;
         Ok(Expected {
             count: stacks.count,
             requested_cpu_milli: hardened.requested_cpu_milli,

@@ -34,7 +34,7 @@ use crate::model::{ObservedState, StackId, StackRecord};
 use crate::prepull::Prepull;
 use crate::store::{Manifest, Store, StoreError, Unreadable, UnstorableManifest};
 use crate::tenancy::{Scope, TenantId};
-use crate::validate::Rejection;
+use crate::validate::{HardenedPod, Rejection};
 
 /// Start-up failures.
 #[derive(Debug, thiserror::Error)]
@@ -210,6 +210,15 @@ impl Stacks {
 
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// `hardened` counted as the scheduler counts it: with the overhead of the RuntimeClass
+    /// every stack runs under, if any.
+    pub(crate) async fn with_runtime_overhead(&self, hardened: HardenedPod) -> Result<HardenedPod, StackError> {
+        match &self.config.validation.runtime_class {
+            Some(class) => Ok(hardened.with_overhead(self.cluster.runtime_overhead(class).await?)),
+            None => Ok(hardened),
+        }
     }
 
     pub fn store(&self) -> &Store {

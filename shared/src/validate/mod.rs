@@ -48,7 +48,7 @@ pub(crate) fn check_image(image: &str, policy: &ValidationPolicy, field: &str) -
     images::check(image, &policy.image_allowlist).map_err(|problem| Rejection::new(field, problem))
 }
 
-use crate::model::{StackId, TargetPort};
+use crate::model::{PodOverhead, StackId, TargetPort};
 
 /// A manifest that passed every rule, with the forced settings applied.
 #[derive(Debug, Clone, PartialEq)]
@@ -98,6 +98,15 @@ pub fn validate(
 }
 
 impl HardenedPod {
+    /// The same stack counted as the scheduler counts it under a RuntimeClass of `overhead`.
+    pub(crate) fn with_overhead(self, overhead: PodOverhead) -> Self {
+        Self {
+            requested_cpu_milli: self.requested_cpu_milli.saturating_add(overhead.cpu_milli),
+            requested_memory_bytes: self.requested_memory_bytes.saturating_add(overhead.memory_bytes),
+            ..self
+        }
+    }
+
     /// The same stack with `pod`, this pod as the provisioner changed it to create it (host
     /// ports), and its YAML.
     pub(crate) fn with_pod(self, pod: Pod) -> Result<Self, Rejection> {

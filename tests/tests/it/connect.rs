@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use http::Method;
 use serde_json::{Value, json};
-use stack_tests::api::{ApiHarness, Reply, exposed_on};
+use stack_tests::api::{ApiHarness, Reply, WEB_POD, exposed_on};
 use stack_tests::challenges::Challenge;
 use stack_tests::env::real_nodes::GVISOR_RUNTIME_CLASS;
 use stack_tests::participant::{
@@ -445,11 +445,28 @@ async fn under_gvisor_a_participant_reads_the_challenge_on_a_kernel_that_is_not_
         );
         let kernel = status_field(&said, "kernel").unwrap_or_else(|| panic!("no kernel in {said}"));
         assert_ne!(kernel, the_nodes_kernel(), "{exposure}: {said}");
-        let pod = api.pods_api().get(&id).await.expect("the stack's pod");
-        assert_eq!(
-            pod.spec.and_then(|s| s.runtime_class_name).as_deref(),
-            Some(GVISOR_RUNTIME_CLASS)
+        let spec = api
+            .pods_api()
+            .get(&id)
+            .await
+            .expect("the stack's pod")
+            .spec
+            .unwrap_or_default();
+        assert_eq!(spec.runtime_class_name.as_deref(), Some(GVISOR_RUNTIME_CLASS));
+        // The stack reserves what the scheduler counts: the challenge's 200m and 32Mi, and the
+        // sandbox's overhead that the RuntimeClass gave the pod (50m, 32Mi).
+        let overhead = spec.overhead.unwrap_or_default();
+        let given: Vec<&str> = ["cpu", "memory"]
+            .iter()
+            .map(|r| overhead.get(*r).map_or("", |q| q.0.as_str()))
+            .collect();
+        assert_eq!(given, ["50m", "32Mi"], "{exposure}");
+        let stack = api.call(Method::GET, &format!("/stacks/{id}"), None).await;
+        let reserved = (
+            &stack.json["requested_cpu_milli"],
+            &stack.json["requested_memory_bytes"],
         );
+        assert_eq!(reserved, (&json!(250), &json!(64 << 20)), "{exposure}: {}", stack.json);
         api.delete_stack(&id).await;
         let gone = time_until_refused(address, GONE_BOUND).await;
         assert!(
@@ -459,6 +476,16 @@ async fn under_gvisor_a_participant_reads_the_challenge_on_a_kernel_that_is_not_
         api.finish().await;
     });
     futures::future::join_all(runs).await;
+}
+
+#[tokio::test]
+async fn a_runtime_class_the_cluster_lacks_refuses_creates_with_503_naming_it() {
+    let api = ApiHarness::with_env(&[("STACK_RUNTIME_CLASS", "no-such-sandbox")]).await;
+    let created = api.create(WEB_POD, json!(80)).await;
+    assert_eq!(created.status, 503, "{}", created.json);
+    assert!(created.error().contains("no-such-sandbox"), "{}", created.json);
+    assert!(api.managed_pods().await.is_empty(), "nothing created");
+    api.finish().await;
 }
 
 #[tokio::test]

@@ -282,6 +282,8 @@ async fn verbs_the_functions_never_use_are_refused() {
         // Patch: the startup taint's removal.
         (core, "nodes", true, &["get", "list", "patch"], &["watch"]),
         (core, "namespaces", true, &[], &["create", "patch"]),
+        // Get: the overhead of STACK_RUNTIME_CLASS, counted in every stack's reservation.
+        ("node.k8s.io", "runtimeclasses", true, &["get"], &["list", "create"]),
     ];
     let mut wrong = BTreeMap::new();
     for &(group, resource, cluster, needed, never_used) in rules {
