@@ -73,6 +73,16 @@ async fn banner(address: SocketAddr) -> String {
         .unwrap_or_else(|e| panic!("{address} refused a participant after `running`: {e}"))
 }
 
+/// Deletes stack `id` and asserts that its `address` stops answering within [`GONE_BOUND`].
+async fn deleted_until_refused(api: &ApiHarness, id: &str, address: SocketAddr, what: &str) {
+    api.delete_stack(id).await;
+    let gone = time_until_refused(address, GONE_BOUND).await;
+    assert!(
+        gone.is_some(),
+        "{what}: {address} still answers {GONE_BOUND:?} after the delete"
+    );
+}
+
 /// What a stack of `challenge` tells a participant once running ([`banner`]); the stack is
 /// deleted before the caller looks at it.
 async fn said_by_a_stack(api: &ApiHarness, challenge: &Challenge, target_port: Value) -> String {
@@ -110,12 +120,7 @@ async fn a_participant_reads_the_challenge_in_both_exposure_modes_and_both_clien
         );
         assert!(said.contains(&format!("flag: {}", challenge.flag)), "{said}");
 
-        api.delete_stack(&id).await;
-        let gone = time_until_refused(address, GONE_BOUND).await;
-        assert!(
-            gone.is_some(),
-            "{exposure}: {address} still answers {GONE_BOUND:?} after the delete"
-        );
+        deleted_until_refused(&api, &id, address, exposure).await;
         api.finish().await;
     });
     futures::future::join_all(runs).await;
@@ -467,12 +472,7 @@ async fn under_gvisor_a_participant_reads_the_challenge_on_a_kernel_that_is_not_
             &stack.json["requested_memory_bytes"],
         );
         assert_eq!(reserved, (&json!(250), &json!(64 << 20)), "{exposure}: {}", stack.json);
-        api.delete_stack(&id).await;
-        let gone = time_until_refused(address, GONE_BOUND).await;
-        assert!(
-            gone.is_some(),
-            "{exposure}: {address} still answers {GONE_BOUND:?} after the delete"
-        );
+        deleted_until_refused(&api, &id, address, exposure).await;
         api.finish().await;
     });
     futures::future::join_all(runs).await;
