@@ -32,6 +32,13 @@ async fn on_real_nodes(exposure: &str, ports: (u16, u16), extra: &[(&str, &str)]
     ApiHarness::on_real_nodes(&vars).await
 }
 
+/// [`on_real_nodes`] with every stack under RuntimeClass `class` (`STACK_RUNTIME_CLASS`), or
+/// the nodes' default, runc, when none.
+async fn on_real_nodes_under(class: Option<&str>, exposure: &str, ports: (u16, u16)) -> ApiHarness {
+    let extra: Vec<(&str, &str)> = class.map(|c| ("STACK_RUNTIME_CLASS", c)).into_iter().collect();
+    on_real_nodes(exposure, ports, &extra).await
+}
+
 /// Polls the status route as a platform does (every 200 ms) until the stack is no longer
 /// `creating`: the last answer, and every status it read on the way.
 async fn poll_status(api: &ApiHarness, id: &str, bound: Duration) -> (Reply, Vec<String>) {
@@ -140,8 +147,7 @@ async fn the_runtime_applies_the_forced_hardening_seen_from_inside() {
     // runc and gVisor (the operator's STACK_RUNTIME_CLASS): the same hardening either way.
     let runtimes = [(None, (32748, 32749)), (Some(GVISOR_RUNTIME_CLASS), (32750, 32751))];
     let runs = runtimes.into_iter().map(|(class, ports)| async move {
-        let extra: Vec<(&str, &str)> = class.map(|c| ("STACK_RUNTIME_CLASS", c)).into_iter().collect();
-        let api = on_real_nodes("nodeport", ports, &extra).await;
+        let api = on_real_nodes_under(class, "nodeport", ports).await;
         let challenge = Challenge::local(api.registry(), "tcp");
         let said = said_by_a_stack(&api, &challenge, json!(8080)).await;
         let runtime = class.unwrap_or("runc");
@@ -290,8 +296,7 @@ async fn a_challenge_that_listens_late_answers_its_first_request_once_running() 
     // Under runc and under gVisor, where the probe the provisioner adds is a startup probe.
     let runtimes = [(None, (32752, 32755)), (Some(GVISOR_RUNTIME_CLASS), (32760, 32763))];
     let runs = runtimes.into_iter().map(|(class, ports)| async move {
-        let extra: Vec<(&str, &str)> = class.map(|c| ("STACK_RUNTIME_CLASS", c)).into_iter().collect();
-        let api = on_real_nodes("hostport", ports, &extra).await;
+        let api = on_real_nodes_under(class, "hostport", ports).await;
         let runtime = class.unwrap_or("runc");
         // It sleeps 3 s before listening: with its own readiness probe, and with none (the
         // provisioner's TCP probe stands in).
@@ -440,7 +445,7 @@ async fn under_gvisor_a_participant_reads_the_challenge_on_a_kernel_that_is_not_
     // kube-proxy on the node, as under runc.
     let cases = [("hostport", (32704, 32705)), ("nodeport", (32714, 32715))];
     let runs = cases.into_iter().map(|(exposure, ports)| async move {
-        let api = on_real_nodes(exposure, ports, &[("STACK_RUNTIME_CLASS", GVISOR_RUNTIME_CLASS)]).await;
+        let api = on_real_nodes_under(Some(GVISOR_RUNTIME_CLASS), exposure, ports).await;
         let challenge = Challenge::local(api.registry(), "tcp");
         let (id, address) = create_running(&api, &challenge, json!(8080)).await;
         let said = banner(address).await;
