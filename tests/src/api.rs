@@ -335,6 +335,21 @@ impl ApiHarness {
         self.pods_api().list(&managed()).await.expect("list pods").items
     }
 
+    /// Our pods once those being deleted are gone (a deleted pod has its one-second grace
+    /// period, and kwok's moment, to go), waiting at most 10 s: what a refused or removed
+    /// stack left behind, if anything.
+    pub async fn managed_pods_once_deleted_ones_are_gone(&self) -> Vec<Pod> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let pods = self.managed_pods().await;
+            let deleting = pods.iter().any(|p| p.metadata.deletion_timestamp.is_some());
+            if !deleting || std::time::Instant::now() >= deadline {
+                return pods;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    }
+
     pub async fn managed_services(&self) -> Vec<Service> {
         self.services_api().list(&managed()).await.expect("list services").items
     }
@@ -375,15 +390,7 @@ impl ApiHarness {
     /// Asserts that no pod, service, record or idempotency key of ours is left (a pod being
     /// deleted has its one-second grace period, and kwok's moment, to go).
     pub async fn assert_nothing_left(&self) {
-        let mut pods = self.managed_pods().await;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while pods.iter().all(|p| p.metadata.deletion_timestamp.is_some())
-            && !pods.is_empty()
-            && std::time::Instant::now() < deadline
-        {
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-            pods = self.managed_pods().await;
-        }
+        let pods = self.managed_pods_once_deleted_ones_are_gone().await;
         assert!(
             pods.is_empty(),
             "pods left: {:?}",

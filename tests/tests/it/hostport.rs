@@ -176,7 +176,7 @@ async fn a_hostport_stack_holds_its_port_on_its_node_and_a_port_serves_one_stack
     let refused = api.create(WEB_POD, json!(80)).await;
     assert_eq!(refused.status, 503, "{}", refused.json);
     assert!(refused.headers.contains_key("retry-after"));
-    assert_eq!(api.managed_pods().await.len(), 2);
+    assert_eq!(api.managed_pods_once_deleted_ones_are_gone().await.len(), 2);
 
     // The reconciler sees nothing to repair.
     let summary = TestReconciler::over(&api, &[]).await.pass().await;
