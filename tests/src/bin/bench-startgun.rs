@@ -436,14 +436,11 @@ impl Bench<'_> {
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
 
-    /// `crictl` against real node `index`'s containerd.
+    /// `crictl` against real node `index`'s containerd (`tests/env/crictl`, which builds it
+    /// the first time).
     fn crictl(&self, index: usize, args: &[&str]) -> Result<std::process::Output, String> {
-        let socket = real_nodes::containerd_socket(&self.env.settings, index).map_err(|e| e.to_string())?;
-        let cache = std::env::var("STACK_ENV_CACHE")
-            .unwrap_or_else(|_| format!("{}/.cache/stack-provisioner", std::env::var("HOME").unwrap_or_default()));
-        Command::new(format!("{cache}/bin/crictl"))
-            .arg("--runtime-endpoint")
-            .arg(format!("unix://{}", socket.display()))
+        Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("env/crictl"))
+            .arg(index.to_string())
             .args(args)
             .output()
             .map_err(|e| format!("crictl: {e}"))

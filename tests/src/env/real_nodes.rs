@@ -235,24 +235,3 @@ pub fn is_pod_ready(pod: Option<&Pod>) -> bool {
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|conditions| conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
-
-/// The socket of real node `index`'s containerd (for `crictl`/`ctr`), from the `--config` its
-/// process was started with: the node's root holds both.
-pub fn containerd_socket(settings: &super::EnvSettings, index: usize) -> Result<std::path::PathBuf, EnvError> {
-    let name = format!("{}-containerd", node_name(index));
-    let component = super::processes::Component::find(settings, &name)?;
-    let cmdline = std::fs::read(format!("/proc/{}/cmdline", component.pid())).map_err(|source| EnvError::Read {
-        path: format!("/proc/{}/cmdline", component.pid()).into(),
-        source,
-    })?;
-    let args: Vec<String> = cmdline
-        .split(|b| *b == 0)
-        .map(|arg| String::from_utf8_lossy(arg).into_owned())
-        .collect();
-    args.iter()
-        .position(|arg| arg == "--config")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|config| std::path::Path::new(config).parent())
-        .map(|root| root.join("containerd.sock"))
-        .ok_or_else(|| EnvError::NotConfigured(format!("{name} was started without --config")))
-}
