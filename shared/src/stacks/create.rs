@@ -30,11 +30,11 @@
 //! get [`CREATE_WORK_BUDGET`](crate::deadlines::CREATE_WORK_BUDGET), and a create still running then is abandoned: its objects,
 //! record and key are removed within [`CREATE_CLEANUP_BUDGET`] and the answer is a 503. Every
 //! create answers within [`CREATE_DEADLINE`](crate::deadlines::CREATE_DEADLINE), however slow the cluster or DynamoDB.
-//! The pod creates, the record's put and the pod deletes are not cut off with the future that
-//! gave up on them (`crate::late_writes`): the undo deletes the pod and the record once their
-//! writes have their answer, and one that lands after the cleanup budget removes itself, so a
-//! slow apiserver or DynamoDB neither lands a write after the undo's delete nor drops the
-//! delete unsent.
+//! The key claim, the pod creates, the record's put and the pod deletes are not cut off with
+//! the future that gave up on them (`crate::late_writes`): the undo frees the key and deletes
+//! the pod and the record once their writes have their answer, and one that lands after the
+//! cleanup budget removes itself, so a slow apiserver or DynamoDB neither lands a write after
+//! the undo's delete nor drops the delete unsent.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -105,6 +105,7 @@ enum Reached {
 /// writes, which may still be in flight then (`crate::late_writes`).
 struct Progress {
     reached: AtomicU8,
+    claim_puts: Writes,
     pod_creates: Writes,
     record_puts: Writes,
 }
@@ -113,6 +114,7 @@ impl Progress {
     fn new() -> Self {
         Self {
             reached: AtomicU8::new(Reached::Start as u8),
+            claim_puts: Writes::default(),
             pod_creates: Writes::default(),
             record_puts: Writes::default(),
         }
@@ -155,7 +157,8 @@ impl Stacks {
         let work = async {
             if let Some(key) = &key {
                 progress.reach(Reached::Claim);
-                if let Some(existing) = self.claim_key(key, &request.body_sha256, &id).await? {
+                let claimed = self.claim_key(key, &request.body_sha256, &id, &progress.claim_puts);
+                if let Some(existing) = claimed.await? {
                     return Ok(CreateOutcome::Replayed(existing));
                 }
             }
@@ -218,9 +221,12 @@ impl Stacks {
             }
             if reached >= Reached::Claim
                 && let Some(key) = idempotency_key
-                && let Err(err) = self.store.release_idempotency_key(key, id).await
             {
-                tracing::warn!(stack_id = %id, error = %err, "could not release idempotency key");
+                // As for the record: a claim that lands later frees the key itself.
+                progress.claim_puts.give_up().await;
+                if let Err(err) = self.store.release_idempotency_key(key, id).await {
+                    tracing::warn!(stack_id = %id, error = %err, "could not release idempotency key");
+                }
             }
             if reached >= Reached::Admitted {
                 self.release_tenant_slot(tenant, id).await;
@@ -236,8 +242,15 @@ impl Stacks {
         }
     }
 
-    /// Claims `key` for `id`; returns the stack of an earlier identical request instead.
-    async fn claim_key(&self, key: &str, body_sha256: &str, id: &StackId) -> Result<Option<StackRecord>, StackError> {
+    /// Claims `key` for `id`; returns the stack of an earlier identical request instead. The
+    /// claim's writes are `puts`.
+    async fn claim_key(
+        &self,
+        key: &str,
+        body_sha256: &str,
+        id: &StackId,
+        puts: &Writes,
+    ) -> Result<Option<StackRecord>, StackError> {
         let now = Timestamp::now();
         let claim = IdempotencyClaim {
             body_sha256: body_sha256.to_owned(),
@@ -245,7 +258,10 @@ impl Stacks {
             claimed_at: now,
         };
         let expires_at = now.saturating_add(signed(self.config.max_lifetime)).unwrap_or(now);
-        let mut held = self.store.claim_idempotency_key(key, &claim, expires_at).await?;
+        let mut held = self
+            .store
+            .claim_idempotency_key_with(key, &claim, expires_at, puts)
+            .await?;
         while let Some(existing) = held {
             // The SDK retried a claim whose first attempt had landed: it is ours.
             if existing.stack_id == *id {
@@ -267,7 +283,7 @@ impl Stacks {
             }
             held = self
                 .store
-                .take_over_idempotency_key(key, &existing, &claim, expires_at)
+                .take_over_idempotency_key(key, &existing, &claim, expires_at, puts)
                 .await?;
             if held.as_ref().is_some_and(|h| h.stack_id == existing.stack_id) {
                 return Err(StackError::Conflict(

@@ -10,6 +10,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::item::{Item, PK, SK, from_item, key, read_item, s, to_item};
 use super::{Store, StoreError};
+use crate::late_writes::{Writes, to_completion};
 use crate::model::StackId;
 
 const IDEM_PK: &str = "IDEM";
@@ -28,26 +29,72 @@ pub struct IdempotencyClaim {
 impl Store {
     /// Claims `key` for `claim`. Returns `None` when this request now owns the key, or the
     /// claim already holding it (read in the same call).
+    #[cfg(any(test, feature = "test-fixtures"))]
     pub async fn claim_idempotency_key(
         &self,
         idempotency_key: &str,
         claim: &IdempotencyClaim,
         expires_at: Timestamp,
     ) -> Result<Option<IdempotencyClaim>, StoreError> {
-        self.put_claim(idempotency_key, claim, expires_at, None).await
+        self.claim_idempotency_key_with(idempotency_key, claim, expires_at, &Writes::default())
+            .await
+    }
+
+    /// [`claim_idempotency_key`](Self::claim_idempotency_key) as one of `puts`: it goes on to
+    /// its answer however long after the caller gave up, and frees the key if it took it after
+    /// that (see [`crate::late_writes`]).
+    pub(crate) async fn claim_idempotency_key_with(
+        &self,
+        idempotency_key: &str,
+        claim: &IdempotencyClaim,
+        expires_at: Timestamp,
+        puts: &Writes,
+    ) -> Result<Option<IdempotencyClaim>, StoreError> {
+        self.put_claim_to_completion(idempotency_key, claim, expires_at, None, puts)
+            .await
     }
 
     /// Takes over a key whose previous claim was abandoned (its create died before writing
-    /// the stack record): succeeds only if the key still holds `abandoned`.
+    /// the stack record): succeeds only if the key still holds `abandoned`. One of `puts`, as
+    /// a claim.
     pub(crate) async fn take_over_idempotency_key(
         &self,
         idempotency_key: &str,
         abandoned: &IdempotencyClaim,
         claim: &IdempotencyClaim,
         expires_at: Timestamp,
+        puts: &Writes,
     ) -> Result<Option<IdempotencyClaim>, StoreError> {
-        self.put_claim(idempotency_key, claim, expires_at, Some(&abandoned.stack_id))
+        let replacing = Some(abandoned.stack_id.clone());
+        self.put_claim_to_completion(idempotency_key, claim, expires_at, replacing, puts)
             .await
+    }
+
+    async fn put_claim_to_completion(
+        &self,
+        idempotency_key: &str,
+        claim: &IdempotencyClaim,
+        expires_at: Timestamp,
+        replacing: Option<StackId>,
+        puts: &Writes,
+    ) -> Result<Option<IdempotencyClaim>, StoreError> {
+        let in_flight = puts.start().await;
+        let (store, key, claim) = (self.clone(), idempotency_key.to_owned(), claim.clone());
+        to_completion(async move {
+            let held = store.put_claim(&key, &claim, expires_at, replacing.as_ref()).await;
+            if in_flight.given_up()
+                && matches!(held, Ok(None))
+                && let Err(err) = store.release_idempotency_key(&key, &claim.stack_id).await
+            {
+                tracing::warn!(stack_id = %claim.stack_id, error = %err, "could not free a key claimed late; the reconciler will");
+            }
+            held
+        })
+        .await
+        .map_err(|source| StoreError::Interrupted {
+            operation: "claim idempotency key",
+            source,
+        })?
     }
 
     async fn put_claim(
