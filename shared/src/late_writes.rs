@@ -29,13 +29,40 @@ pub(crate) struct Writes {
 }
 
 /// One write in flight: [`Writes::give_up`] waits for its answer.
-pub(crate) struct InFlight {
+struct InFlight {
     given_up: Arc<AtomicBool>,
     _held: OwnedRwLockReadGuard<()>,
 }
 
 impl Writes {
-    pub(crate) async fn start(&self) -> InFlight {
+    /// Runs `write` as one of these writes: in a task of its own, to its answer whether or not
+    /// the caller still waits (a `JoinError` only if it panicked or the runtime stopped). If
+    /// the caller gave up before that answer, `landed_late` says what the write made (`Some`
+    /// of the undo that removes it), and that undo runs before [`give_up`](Self::give_up)
+    /// returns: either it or the caller's own delete removes what the write made.
+    pub(crate) async fn run<T, U>(
+        &self,
+        write: impl Future<Output = T> + Send + 'static,
+        landed_late: impl FnOnce(&T) -> Option<U> + Send + 'static,
+    ) -> Result<T, JoinError>
+    where
+        T: Send + 'static,
+        U: Future<Output = ()> + Send,
+    {
+        let in_flight = self.start().await;
+        to_completion(async move {
+            let answer = write.await;
+            if in_flight.given_up()
+                && let Some(undo) = landed_late(&answer)
+            {
+                undo.await;
+            }
+            answer
+        })
+        .await
+    }
+
+    async fn start(&self) -> InFlight {
         InFlight {
             given_up: Arc::clone(&self.given_up),
             _held: Arc::clone(&self.in_flight).read_owned().await,
@@ -53,7 +80,7 @@ impl Writes {
 impl InFlight {
     /// Whether the caller gave up before the answer (read before the hold is released, so
     /// that either this write or the caller's delete removes what it made).
-    pub(crate) fn given_up(&self) -> bool {
+    fn given_up(&self) -> bool {
         self.given_up.load(Ordering::SeqCst)
     }
 }
@@ -81,6 +108,54 @@ mod tests {
             .await
             .expect("still waiting after the answer")
             .expect("task");
+    }
+
+    #[tokio::test]
+    async fn a_write_that_lands_after_its_caller_gave_up_is_undone_before_give_up_returns() {
+        let writes = Writes::default();
+        let undone = Arc::new(AtomicBool::new(false));
+        let (answer, answered) = tokio::sync::oneshot::channel::<()>();
+        let write = tokio::spawn({
+            let (writes, undone) = (writes.clone(), Arc::clone(&undone));
+            async move {
+                let landed = async move { answered.await.is_ok() };
+                writes
+                    .run(landed, move |landed| {
+                        landed.then_some(async move { undone.store(true, Ordering::SeqCst) })
+                    })
+                    .await
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let give_up = tokio::spawn({
+            let writes = writes.clone();
+            async move { writes.give_up().await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!give_up.is_finished(), "returned before the write's answer");
+        answer.send(()).expect("the write waits");
+        tokio::time::timeout(Duration::from_secs(1), give_up)
+            .await
+            .expect("still waiting after the answer")
+            .expect("task");
+        assert!(undone.load(Ordering::SeqCst), "the late write was not undone");
+        assert!(write.await.expect("task").expect("run"), "the caller gets the answer");
+    }
+
+    #[tokio::test]
+    async fn a_write_answered_before_its_caller_gave_up_is_kept() {
+        let writes = Writes::default();
+        let undone = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&undone);
+        let landed = writes
+            .run(async { true }, move |landed| {
+                landed.then_some(async move { flag.store(true, Ordering::SeqCst) })
+            })
+            .await
+            .expect("run");
+        writes.give_up().await;
+        assert!(landed);
+        assert!(!undone.load(Ordering::SeqCst), "a write answered in time was undone");
     }
 
     #[tokio::test]

@@ -182,24 +182,27 @@ impl Cluster {
     /// Creates `pod`, one of `creates`: to its answer however long after the caller gave up,
     /// and deleted at once if it landed after that (see [`crate::late_writes`]).
     pub(crate) async fn create_pod(&self, pod: &Pod, creates: &Writes) -> Result<Pod, ClusterError> {
-        let in_flight = creates.start().await;
         let (pods, pod) = (self.pods.clone(), pod.clone());
-        run_to_completion("create pod", async move {
-            let created = pods.create(&PostParams::default(), &pod).await;
-            if in_flight.given_up()
-                && let Ok(landed) = &created
-            {
-                tracing::info!(
-                    pod = landed.metadata.name,
-                    "a pod landed after its create gave up, deleting it"
-                );
-                if let Err(err) = pods.delete(&landed.name_any(), &PodDeletion::Now.params()).await {
-                    tracing::warn!(error = %err, "could not delete a pod that landed late; the reconciler will");
-                }
-            }
-            created.map_err(|e| ClusterError::from_kube("create pod", e))
-        })
-        .await
+        let create = {
+            let pods = pods.clone();
+            async move { pods.create(&PostParams::default(), &pod).await }
+        };
+        let created = creates
+            .run(create, move |created| {
+                let landed = created.as_ref().ok()?.name_any();
+                Some(async move {
+                    tracing::info!(pod = landed, "a pod landed after its create gave up, deleting it");
+                    if let Err(err) = pods.delete(&landed, &PodDeletion::Now.params()).await {
+                        tracing::warn!(error = %err, "could not delete a pod that landed late; the reconciler will");
+                    }
+                })
+            })
+            .await
+            .map_err(|source| ClusterError::Interrupted {
+                operation: "create pod",
+                source,
+            })?;
+        created.map_err(|e| ClusterError::from_kube("create pod", e))
     }
 
     /// Creates the stack's NodePort service, owned by `pod`, choosing free node ports in the

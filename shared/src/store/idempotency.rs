@@ -10,7 +10,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::item::{Item, PK, SK, from_item, key, read_item, s, to_item};
 use super::{Store, StoreError};
-use crate::late_writes::{Writes, to_completion};
+use crate::late_writes::Writes;
 use crate::model::StackId;
 
 const IDEM_PK: &str = "IDEM";
@@ -78,17 +78,18 @@ impl Store {
         replacing: Option<StackId>,
         puts: &Writes,
     ) -> Result<Option<IdempotencyClaim>, StoreError> {
-        let in_flight = puts.start().await;
         let (store, key, claim) = (self.clone(), idempotency_key.to_owned(), claim.clone());
-        to_completion(async move {
-            let held = store.put_claim(&key, &claim, expires_at, replacing.as_ref()).await;
-            if in_flight.given_up()
-                && matches!(held, Ok(None))
-                && let Err(err) = store.release_idempotency_key(&key, &claim.stack_id).await
-            {
-                tracing::warn!(stack_id = %claim.stack_id, error = %err, "could not free a key claimed late; the reconciler will");
-            }
-            held
+        let put = {
+            let (store, key, claim) = (store.clone(), key.clone(), claim.clone());
+            async move { store.put_claim(&key, &claim, expires_at, replacing.as_ref()).await }
+        };
+        // `None`: the key was taken for `claim`.
+        puts.run(put, move |held| {
+            matches!(held, Ok(None)).then_some(async move {
+                if let Err(err) = store.release_idempotency_key(&key, &claim.stack_id).await {
+                    tracing::warn!(stack_id = %claim.stack_id, error = %err, "could not free a key claimed late; the reconciler will");
+                }
+            })
         })
         .await
         .map_err(|source| StoreError::Interrupted {

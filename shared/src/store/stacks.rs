@@ -17,7 +17,7 @@ use super::cursor::ListCursor;
 use super::item::{Item, PK, SK, Unreadable, key, read_item, readable, s, take_key, to_item};
 use super::manifest::{self, MANIFEST_ATTR, StoredManifest};
 use super::{Store, StoreError, idempotency};
-use crate::late_writes::{Writes, to_completion};
+use crate::late_writes::Writes;
 use crate::model::{ObservedState, StackId, StackRecord, StackStatus, StackUsage};
 
 const STACK_PK: &str = "STACK";
@@ -95,17 +95,14 @@ impl Store {
             .transact_write_items()
             .transact_items(TransactWriteItem::builder().put(put_record).build())
             .transact_items(TransactWriteItem::builder().put(put_manifest).build());
-        let in_flight = puts.start().await;
         let (store, id) = (self.clone(), record.stack_id.clone());
-        to_completion(async move {
-            let put = transaction.send().await.map_err(transaction_error);
-            if in_flight.given_up()
-                && put.is_ok()
-                && let Err(err) = store.delete_stack_items(&id, None).await
-            {
-                tracing::warn!(stack_id = %id, error = %err, "could not remove a record that landed late; the reconciler will");
-            }
-            put.map(drop)
+        let put = async move { transaction.send().await.map_err(transaction_error).map(drop) };
+        puts.run(put, move |put| {
+            put.is_ok().then_some(async move {
+                if let Err(err) = store.delete_stack_items(&id, None).await {
+                    tracing::warn!(stack_id = %id, error = %err, "could not remove a record that landed late; the reconciler will");
+                }
+            })
         })
         .await
         .map_err(|source| StoreError::Interrupted {
