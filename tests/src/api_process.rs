@@ -1,8 +1,9 @@
 //! The released API binary as a process of its own over the local environment, and a plain
 //! HTTP client driving it the way platforms do: a 5 s timeout and no retries.
 
+use std::fs::{File, OpenOptions};
 use std::net::{SocketAddr, TcpListener};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -26,6 +27,12 @@ pub enum ApiProcessError {
     CurrentExe(#[source] std::io::Error),
     #[error("finding a free loopback port: {0}")]
     FreePort(#[source] std::io::Error),
+    #[error("opening the API's log {path}: {source}")]
+    Log {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("starting {binary}: {source} (build it with cargo build --release -p stack-api)")]
     Spawn {
         binary: PathBuf,
@@ -37,10 +44,12 @@ pub enum ApiProcessError {
 }
 
 /// The `stack-api` binary next to the running one (a release bench runs the release API), in
-/// local mode on a free loopback port. Killed when dropped.
+/// local mode on a free loopback port. Killed when dropped. Its warnings and errors (JSON, one
+/// a line: why a create was refused, `reached` and all) go to [`ApiProcess::log_path`].
 pub struct ApiProcess {
     child: Child,
     binary: PathBuf,
+    log: PathBuf,
     addr: SocketAddr,
     vars: Vec<(String, String)>,
 }
@@ -73,17 +82,23 @@ impl ApiProcess {
             ("AWS_REGION", &settings.dynamodb.region),
             ("AWS_ACCESS_KEY_ID", &settings.dynamodb.access_key_id),
             ("AWS_SECRET_ACCESS_KEY", &settings.dynamodb.secret_access_key),
-            ("RUST_LOG", "error"),
+            ("RUST_LOG", "warn"),
         ]
         .into_iter()
         .chain(extra.iter().copied())
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
         vars.push(("LISTEN_ADDR".to_owned(), addr.to_string()));
-        let child = start(&binary, &vars)?;
+        let log = settings
+            .state_dir
+            .as_ref()
+            .map_or_else(std::env::temp_dir, |dir| dir.join("logs"))
+            .join(format!("api-{namespace}.log"));
+        let child = start(&binary, &vars, &log)?;
         Ok(Self {
             child,
             binary,
+            log,
             addr,
             vars,
         })
@@ -100,6 +115,11 @@ impl ApiProcess {
         Ok(client)
     }
 
+    /// Where the process's log lines go (appended across restarts).
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -107,7 +127,7 @@ impl ApiProcess {
     /// Kills the process (if it still runs) and starts it again, same address and variables.
     pub fn restart(&mut self) -> Result<(), ApiProcessError> {
         self.stop();
-        self.child = start(&self.binary, &self.vars)?;
+        self.child = start(&self.binary, &self.vars, &self.log)?;
         Ok(())
     }
 
@@ -124,16 +144,27 @@ impl Drop for ApiProcess {
     }
 }
 
-fn start(binary: &PathBuf, vars: &[(String, String)]) -> Result<Child, ApiProcessError> {
+fn start(binary: &PathBuf, vars: &[(String, String)], log: &Path) -> Result<Child, ApiProcessError> {
     Command::new(binary)
         .envs(vars.iter().map(|(k, v)| (k, v)))
-        .stdout(Stdio::null())
+        .stdout(open_log(log)?)
         .stderr(Stdio::inherit())
         .spawn()
         .map_err(|source| ApiProcessError::Spawn {
             binary: binary.clone(),
             source,
         })
+}
+
+fn open_log(path: &Path) -> Result<File, ApiProcessError> {
+    let failed = |source| ApiProcessError::Log {
+        path: path.to_owned(),
+        source,
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(failed)?;
+    }
+    OpenOptions::new().create(true).append(true).open(path).map_err(failed)
 }
 
 fn free_addr() -> Result<SocketAddr, ApiProcessError> {

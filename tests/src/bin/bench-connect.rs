@@ -98,6 +98,10 @@ async fn run(env: &TestEnv, options: &Options, registry: &str, fixture: &mut Ben
         .await
         .map_err(|e| e.to_string())?;
     println!(
+        "bench-connect: the API's warnings (why a create was refused): {}",
+        api.log_path().display()
+    );
+    println!(
         "bench-connect: STACK_EXPOSURE={} (STACK_PROXY_SYNC={}, {}), {} real nodes, challenge {} (cpu {}), status polled every {} ms",
         options.stack.exposure,
         options.proxy_sync,

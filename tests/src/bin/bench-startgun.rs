@@ -191,6 +191,10 @@ async fn run(env: &TestEnv, options: &Options, fixture: &mut BenchFixture) -> Re
         .healthy_client(API_KEY, Duration::from_secs(30))
         .await
         .map_err(|e| e.to_string())?;
+    println!(
+        "bench-startgun: the API's warnings (why a create was refused): {}",
+        api.log_path().display()
+    );
     let bench = Bench {
         env,
         options,
