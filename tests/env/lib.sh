@@ -34,6 +34,14 @@ export GOPROXY="${GOPROXY:-https://proxy.golang.org}"
 # Static binaries, like the official Kubernetes server builds.
 export CGO_ENABLED=0
 
+# The Go build cache (several GB) is only useful for rebuilding after a pin changes: dropped
+# after a build unless STACK_ENV_KEEP_GO_CACHE=1.
+drop_go_build_cache() {
+    if [[ "${STACK_ENV_KEEP_GO_CACHE:-0}" != 1 && -d "$GOCACHE" ]] && [[ -n "$(ls -A "$GOCACHE")" ]]; then
+        go clean -cache
+    fi
+}
+
 log() { printf '[env %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() {
     log "ERROR: $*"
