@@ -78,7 +78,7 @@ impl Store {
         replacing: Option<StackId>,
         puts: &Writes,
     ) -> Result<Option<IdempotencyClaim>, StoreError> {
-        let (store, key, claim) = (self.clone(), idempotency_key.to_owned(), claim.clone());
+        let (store, key, stack_id) = (self.clone(), idempotency_key.to_owned(), claim.stack_id.clone());
         let put = {
             let (store, key, claim) = (store.clone(), key.clone(), claim.clone());
             async move { store.put_claim(&key, &claim, expires_at, replacing.as_ref()).await }
@@ -86,8 +86,8 @@ impl Store {
         // `None`: the key was taken for `claim`.
         puts.run(put, move |held| {
             matches!(held, Ok(None)).then_some(async move {
-                if let Err(err) = store.release_idempotency_key(&key, &claim.stack_id).await {
-                    tracing::warn!(stack_id = %claim.stack_id, error = %err, "could not free a key claimed late; the reconciler will");
+                if let Err(err) = store.release_idempotency_key(&key, &stack_id).await {
+                    tracing::warn!(%stack_id, error = %err, "could not free a key claimed late; the reconciler will");
                 }
             })
         })
