@@ -115,6 +115,19 @@ impl ApiProcess {
         Ok(client)
     }
 
+    /// [`ApiProcess::spawn`], then a client once it answers (at most 30 s).
+    pub async fn spawn_healthy(
+        settings: &EnvSettings,
+        namespace: &str,
+        table: &str,
+        api_key: &str,
+        extra: &[(&str, &str)],
+    ) -> Result<(Self, ApiClient), ApiProcessError> {
+        let api = Self::spawn(settings, namespace, table, api_key, extra)?;
+        let client = api.healthy_client(api_key, Duration::from_secs(30)).await?;
+        Ok((api, client))
+    }
+
     /// Where the process's log lines go (appended across restarts).
     pub fn log_path(&self) -> &Path {
         &self.log

@@ -92,15 +92,10 @@ async fn run(env: &TestEnv, options: &Options, registry: &str, fixture: &mut Ben
         ("STACK_START_TIMEOUT", deadline.as_str()),
         ("STACK_PROXY_SYNC", options.proxy_sync.as_str()),
     ]);
-    let api = ApiProcess::spawn(&env.settings, &namespace, &table, API_KEY, &settings).map_err(|e| e.to_string())?;
-    let client = api
-        .healthy_client(API_KEY, Duration::from_secs(30))
+    let (api, client) = ApiProcess::spawn_healthy(&env.settings, &namespace, &table, API_KEY, &settings)
         .await
         .map_err(|e| e.to_string())?;
-    println!(
-        "bench-connect: the API's warnings (why a create was refused): {}",
-        api.log_path().display()
-    );
+    println!("bench-connect: the API's warnings go to {}", api.log_path().display());
     println!(
         "bench-connect: STACK_EXPOSURE={} (STACK_PROXY_SYNC={}, {}), {} real nodes, challenge {} (cpu {}), status polled every {} ms",
         options.stack.exposure,

@@ -186,15 +186,10 @@ async fn run(env: &TestEnv, options: &Options, fixture: &mut BenchFixture) -> Re
         ("STACK_PREPULL_IN_USE", "true"),
     ]);
     let reconciler = TestReconciler::new(env, &namespace, &table, &settings).await;
-    let api = ApiProcess::spawn(&env.settings, &namespace, &table, API_KEY, &settings).map_err(|e| e.to_string())?;
-    let client = api
-        .healthy_client(API_KEY, Duration::from_secs(30))
+    let (api, client) = ApiProcess::spawn_healthy(&env.settings, &namespace, &table, API_KEY, &settings)
         .await
         .map_err(|e| e.to_string())?;
-    println!(
-        "bench-startgun: the API's warnings (why a create was refused): {}",
-        api.log_path().display()
-    );
+    println!("bench-startgun: the API's warnings go to {}", api.log_path().display());
     let bench = Bench {
         env,
         options,
