@@ -1,5 +1,6 @@
-//! End-to-end tests of `validate` and the helpers they share: `rules` has one table row per
-//! rule (accepted and rejected, asserting the field path of every rejection), `output` the
+//! End-to-end tests of `validate` and the helpers they share: `rules` runs `rules.yaml`, one
+//! row per rule (accepted and rejected, asserting the field path of every rejection),
+//! `principles` what a row cannot say, `corpus` the manifests authors write, `output` the
 //! forced settings and resource accounting, `hardening` what authors and the operator add to
 //! the forced settings, `round_trip` what accepted output satisfies,
 //! `fuzz` the property tests and `bench` the timings.
