@@ -67,5 +67,5 @@ pub use stacks::{
 // The reconciler.
 pub use reconcile::{LEASE_NAME, PassError, Reconciler, Summary, run_pass};
 // Other crates' tests: text that barely compresses (and `StackRecord::test()`).
-#[cfg(feature = "test-fixtures")]
+#[cfg(any(test, feature = "test-fixtures"))]
 pub use test_fixture::noise;
