@@ -143,28 +143,6 @@ pub(super) fn run(yaml: &str) -> Result<HardenedPod, Rejection> {
     validate(yaml, &[tcp(80)], &stack_id(), &policy())
 }
 
-/// Asserts that each row's edits of [`base`] are rejected, naming the row's field path.
-pub(super) fn refused(rows: Vec<(Edits, &str)>) {
-    for (edits, path) in rows {
-        match run(&edited(&edits)) {
-            Ok(_) => panic!("{edits:?} was accepted, expected a rejection at {path}"),
-            Err(rejection) => {
-                assert_eq!(rejection.path, path, "{edits:?}: {rejection}");
-                assert!(!rejection.problem.is_empty(), "{edits:?}");
-            }
-        }
-    }
-}
-
-/// Asserts that each row's edits of [`base`] are accepted.
-pub(super) fn accepted(rows: Vec<Edits>) {
-    for edits in rows {
-        if let Err(rejection) = run(&edited(&edits)) {
-            panic!("{edits:?} was rejected: {rejection}");
-        }
-    }
-}
-
 /// Strips what `validate` adds and input may not carry: our labels. (The forced security
 /// contexts are acceptable input: they only tighten.)
 pub(super) fn without_forced_fields(pod: &Pod) -> String {

@@ -4,7 +4,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{Edits, accepted, init_container, refused};
+use super::{Edits, edited, init_container, run};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -53,24 +53,32 @@ fn table() -> Table {
     serde_yaml::from_str(include_str!("rules.yaml")).expect("rules.yaml reads")
 }
 
+/// Each refused row's edits of `base()` are rejected, naming the row's field path.
 #[test]
 fn every_rejected_rule_names_its_field() {
-    let table = table();
-    let rows = table.refused.iter().map(|row| {
-        let at = row
-            .at
-            .as_deref()
-            .unwrap_or_else(|| panic!("refused row without `at`: {:?}", row.edits()));
-        (row.edits(), at)
-    });
-    refused(rows.collect());
+    for row in table().refused {
+        let edits = row.edits();
+        let Some(path) = row.at.as_deref() else {
+            panic!("refused row without `at`: {edits:?}");
+        };
+        match run(&edited(&edits)) {
+            Ok(_) => panic!("{edits:?} was accepted, expected a rejection at {path}"),
+            Err(rejection) => {
+                assert_eq!(rejection.path, path, "{edits:?}: {rejection}");
+                assert!(!rejection.problem.is_empty(), "{edits:?}");
+            }
+        }
+    }
 }
 
+/// Each accepted row's edits of `base()` pass.
 #[test]
 fn harmless_fields_are_accepted() {
-    let table = table();
-    if let Some(row) = table.accepted.iter().find(|row| row.at.is_some()) {
-        panic!("accepted row with `at`: {:?}", row.edits());
+    for row in table().accepted {
+        let edits = row.edits();
+        assert!(row.at.is_none(), "accepted row with `at`: {edits:?}");
+        if let Err(rejection) = run(&edited(&edits)) {
+            panic!("{edits:?} was rejected: {rejection}");
+        }
     }
-    accepted(table.accepted.iter().map(Row::edits).collect());
 }
