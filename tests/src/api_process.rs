@@ -20,6 +20,8 @@ use crate::env::{EnvSettings, SIMULATED_ROLE};
 /// Platforms give up after 5 s and never retry.
 pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a started API may take to answer `/healthz`.
+pub const HEALTHY_WITHIN: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiProcessError {
@@ -115,7 +117,7 @@ impl ApiProcess {
         Ok(client)
     }
 
-    /// [`ApiProcess::spawn`], then a client once it answers (at most 30 s).
+    /// [`ApiProcess::spawn`], then a client once it answers (at most [`HEALTHY_WITHIN`]).
     pub async fn spawn_healthy(
         settings: &EnvSettings,
         namespace: &str,
@@ -124,7 +126,7 @@ impl ApiProcess {
         extra: &[(&str, &str)],
     ) -> Result<(Self, ApiClient), ApiProcessError> {
         let api = Self::spawn(settings, namespace, table, api_key, extra)?;
-        let client = api.healthy_client(api_key, Duration::from_secs(30)).await?;
+        let client = api.healthy_client(api_key, HEALTHY_WITHIN).await?;
         Ok((api, client))
     }
 

@@ -22,14 +22,13 @@ use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 use stack_core::{Manifest, StackId};
 use stack_tests::api::WEB_POD;
-use stack_tests::api_process::{Answer, ApiClient, ApiProcess};
+use stack_tests::api_process::{Answer, ApiClient, ApiProcess, HEALTHY_WITHIN};
 use stack_tests::env::processes::Component;
 use stack_tests::env::{TestEnv, TestTable, unique_name};
 use stack_tests::latency::percentile;
 use stack_tests::reconciler::TestReconciler;
 
 const API_KEY: &str = "bench-faults-key";
-const HEALTHY_WITHIN: Duration = Duration::from_secs(30);
 
 #[tokio::main]
 async fn main() -> ExitCode {

@@ -43,7 +43,7 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Api;
 use serde_json::{Value, json};
 use stack_core::{Manifest, StackStatus, Store};
-use stack_tests::api_process::{Answer, ApiClient, ApiProcess};
+use stack_tests::api_process::{Answer, ApiClient, ApiProcess, HEALTHY_WITHIN};
 use stack_tests::bench_fixture::{BenchError, BenchFixture, PODS_TIMEOUT, list_managed};
 use stack_tests::endpoints::{self, Endpoints, Exposure};
 use stack_tests::env::processes::Component;
@@ -54,7 +54,6 @@ use stack_tests::pass_process::{PassProcessError, PassReport, PassRequest, run_p
 use stack_tests::proc_status::{Process, cpu_time, kib_text, status_kib};
 
 const API_KEY: &str = "bench-scale-key";
-const HEALTHY_WITHIN: Duration = Duration::from_secs(30);
 /// The API's default node-port range.
 const DEFAULT_PORT_RANGE: (u16, u16) = (31001, 32767);
 /// Creates sent once the benchmark's stacks are made.
