@@ -161,19 +161,20 @@ async fn refuses_what_baseline_forbids_and_host_ports_outside_the_range() {
     let pod = harness.stack_pod();
     let (min, max) = (harness.config.nodeport_min, harness.config.nodeport_max);
     let host_port = |port: u16| with(pod.clone(), "/spec/containers/0/ports/0/hostPort", json!(port));
+    let set = |pointer: &str, value: Value| with(pod.clone(), pointer, value);
     let range = format!("hostPort must be between {min} and {max}");
     let container_context = "/spec/containers/0/securityContext";
+    let capabilities = format!("{container_context}/capabilities/add");
+    let host_namespaces = "hostNetwork, hostPID and hostIPC must be false";
+    let baseline_capabilities = "capabilities.add may only name capabilities of the baseline's default set";
+    let init_with_host_port = json!([{"name": "init", "image": "busybox:1.36", "ports": [{"containerPort": 81, "hostPort": 80}],
+        "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["NET_RAW"]}}}]);
     let cases = [
         ("host-port-below", host_port(min - 1), range.as_str()),
         ("host-port-above", host_port(max + 1), range.as_str()),
         (
             "init-host-port",
-            with(
-                pod.clone(),
-                "/spec/initContainers",
-                json!([{"name": "init", "image": "busybox:1.36", "ports": [{"containerPort": 81, "hostPort": 80}],
-                        "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["NET_RAW"]}}}]),
-            ),
+            set("/spec/initContainers", init_with_host_port),
             range.as_str(),
         ),
         (
@@ -181,38 +182,17 @@ async fn refuses_what_baseline_forbids_and_host_ports_outside_the_range() {
             with(host_port(min), "/spec/containers/0/ports/0/hostIP", json!("0.0.0.0")),
             "hostIP is forbidden",
         ),
-        (
-            "host-network",
-            with(pod.clone(), "/spec/hostNetwork", json!(true)),
-            "hostNetwork, hostPID and hostIPC must be false",
-        ),
-        (
-            "host-pid",
-            with(pod.clone(), "/spec/hostPID", json!(true)),
-            "hostNetwork, hostPID and hostIPC must be false",
-        ),
+        ("host-network", set("/spec/hostNetwork", json!(true)), host_namespaces),
+        ("host-pid", set("/spec/hostPID", json!(true)), host_namespaces),
         (
             "sys-admin",
-            with(
-                pod.clone(),
-                &format!("{container_context}/capabilities/add"),
-                json!(["SYS_ADMIN"]),
-            ),
-            "capabilities.add may only name capabilities of the baseline's default set",
+            set(&capabilities, json!(["SYS_ADMIN"])),
+            baseline_capabilities,
         ),
-        (
-            "net-raw",
-            with(
-                pod.clone(),
-                &format!("{container_context}/capabilities/add"),
-                json!(["NET_RAW"]),
-            ),
-            "capabilities.add may only name capabilities of the baseline's default set",
-        ),
+        ("net-raw", set(&capabilities, json!(["NET_RAW"])), baseline_capabilities),
         (
             "apparmor-unconfined",
-            with(
-                pod.clone(),
+            set(
                 &format!("{container_context}/appArmorProfile"),
                 json!({"type": "Unconfined"}),
             ),
@@ -220,17 +200,12 @@ async fn refuses_what_baseline_forbids_and_host_ports_outside_the_range() {
         ),
         (
             "selinux-user",
-            with(
-                pod.clone(),
-                "/spec/securityContext/seLinuxOptions",
-                json!({"user": "system_u"}),
-            ),
+            set("/spec/securityContext/seLinuxOptions", json!({"user": "system_u"})),
             "seLinuxOptions may only set a container type, and no user or role",
         ),
         (
             "unsafe-sysctl",
-            with(
-                pod.clone(),
+            set(
                 "/spec/securityContext/sysctls",
                 json!([{"name": "kernel.msgmax", "value": "65536"}]),
             ),
@@ -238,8 +213,7 @@ async fn refuses_what_baseline_forbids_and_host_ports_outside_the_range() {
         ),
         (
             "probe-host",
-            with(
-                pod.clone(),
+            set(
                 "/spec/containers/0/livenessProbe",
                 json!({"tcpSocket": {"host": "169.254.169.254", "port": 80}}),
             ),
@@ -255,8 +229,7 @@ async fn refuses_what_baseline_forbids_and_host_ports_outside_the_range() {
         (
             "privileged",
             // The apiserver refuses privileged without privilege escalation by itself.
-            with(
-                pod.clone(),
+            set(
                 container_context,
                 json!({"privileged": true, "allowPrivilegeEscalation": true, "capabilities": {"drop": ["NET_RAW"]}}),
             ),
@@ -267,11 +240,7 @@ async fn refuses_what_baseline_forbids_and_host_ports_outside_the_range() {
         ),
         (
             "host-path",
-            with(
-                pod.clone(),
-                "/spec/volumes",
-                json!([{"name": "root", "hostPath": {"path": "/"}}]),
-            ),
+            set("/spec/volumes", json!([{"name": "root", "hostPath": {"path": "/"}}])),
             [
                 (POLICY_NAME, "hostPath volumes are forbidden"),
                 (HARDENING_POLICY_NAME, VOLUME_TYPES),
@@ -279,11 +248,7 @@ async fn refuses_what_baseline_forbids_and_host_ports_outside_the_range() {
         ),
         (
             "seccomp-unconfined",
-            with(
-                pod.clone(),
-                "/spec/securityContext/seccompProfile/type",
-                json!("Unconfined"),
-            ),
+            set("/spec/securityContext/seccompProfile/type", json!("Unconfined")),
             [
                 (POLICY_NAME, "seccompProfile must be RuntimeDefault or Localhost"),
                 (HARDENING_POLICY_NAME, POD_SECCOMP),
@@ -324,79 +289,57 @@ async fn refuses_each_setting_the_provisioner_forces() {
     let net_raw = "every container's securityContext.capabilities.drop must name NET_RAW or ALL";
     let projected = "projected volumes may only project configMap, secret and downwardAPI sources";
     let localhost = json!({"type": "Localhost", "localhostProfile": "profiles/audit.json"});
-    // The stack pod with one init container, or one volume, of a case's.
-    let init = |container: Value| with(pod.clone(), "/spec/initContainers", json!([container]));
-    let volume = |volume: Value| with(pod.clone(), "/spec/volumes", json!([volume]));
+    // The stack pod with one field set or removed, or with one init container or one volume.
+    let set = |pointer: &str, value: Value| with(pod.clone(), pointer, value);
+    let unset = |pointer: &str| without(pod.clone(), pointer);
+    let init = |container: Value| set("/spec/initContainers", json!([container]));
+    let volume = |volume: Value| set("/spec/volumes", json!([volume]));
     let cases = [
-        ("no-labels", without(pod.clone(), "/metadata/labels"), label),
+        ("no-labels", unset("/metadata/labels"), label),
         (
             "other-manager",
-            with(
-                pod.clone(),
-                "/metadata/labels",
-                json!({"app.kubernetes.io/managed-by": "helm"}),
-            ),
+            set("/metadata/labels", json!({"app.kubernetes.io/managed-by": "helm"})),
             label,
         ),
-        (
-            "restart-always",
-            with(pod.clone(), "/spec/restartPolicy", json!("Always")),
-            restart,
-        ),
-        ("restart-unset", without(pod.clone(), "/spec/restartPolicy"), restart),
+        ("restart-always", set("/spec/restartPolicy", json!("Always")), restart),
+        ("restart-unset", unset("/spec/restartPolicy"), restart),
         (
             "no-deadline",
-            without(pod.clone(), "/spec/activeDeadlineSeconds"),
+            unset("/spec/activeDeadlineSeconds"),
             "spec.activeDeadlineSeconds must be set",
         ),
-        (
-            "token",
-            with(pod.clone(), "/spec/automountServiceAccountToken", json!(true)),
-            token,
-        ),
-        (
-            "token-unset",
-            without(pod.clone(), "/spec/automountServiceAccountToken"),
-            token,
-        ),
+        ("token", set("/spec/automountServiceAccountToken", json!(true)), token),
+        ("token-unset", unset("/spec/automountServiceAccountToken"), token),
         (
             "service-account",
-            with(pod.clone(), "/spec/serviceAccountName", json!("other")),
+            set("/spec/serviceAccountName", json!("other")),
             "spec.serviceAccountName must be default",
         ),
         (
             "service-links",
-            with(pod.clone(), "/spec/enableServiceLinks", json!(true)),
+            set("/spec/enableServiceLinks", json!(true)),
             "spec.enableServiceLinks must be false",
         ),
-        (
-            "pod-seccomp-unset",
-            without(pod.clone(), "/spec/securityContext"),
-            POD_SECCOMP,
-        ),
+        ("pod-seccomp-unset", unset("/spec/securityContext"), POD_SECCOMP),
         (
             // Pod Security baseline admits a Localhost profile; the provisioner never sets one.
             "pod-seccomp-localhost",
-            with(pod.clone(), "/spec/securityContext/seccompProfile", localhost.clone()),
+            set("/spec/securityContext/seccompProfile", localhost.clone()),
             POD_SECCOMP,
         ),
         (
             "container-seccomp-localhost",
-            with(pod.clone(), &format!("{container}/seccompProfile"), localhost),
+            set(&format!("{container}/seccompProfile"), localhost),
             container_seccomp,
         ),
         (
             "escalation",
-            with(
-                pod.clone(),
-                &format!("{container}/allowPrivilegeEscalation"),
-                json!(true),
-            ),
+            set(&format!("{container}/allowPrivilegeEscalation"), json!(true)),
             escalation,
         ),
         (
             "escalation-unset",
-            without(pod.clone(), &format!("{container}/allowPrivilegeEscalation")),
+            unset(&format!("{container}/allowPrivilegeEscalation")),
             escalation,
         ),
         (
@@ -409,7 +352,7 @@ async fn refuses_each_setting_the_provisioner_forces() {
         ),
         (
             "net-raw-kept",
-            with(pod.clone(), &format!("{container}/capabilities/drop"), json!(["CHOWN"])),
+            set(&format!("{container}/capabilities/drop"), json!(["CHOWN"])),
             net_raw,
         ),
         (
@@ -453,51 +396,60 @@ async fn admits_stack_pods_and_host_ports_inside_the_range() {
     let harness = PolicyHarness::start().await;
     let pod = harness.stack_pod();
     let (min, max) = (harness.config.nodeport_min, harness.config.nodeport_max);
-    let host_port = |port: u16| with(pod.clone(), "/spec/containers/0/ports/0/hostPort", json!(port));
-    let baseline_extras = with(
-        with(
-            host_port(min + 1),
-            "/spec/containers/0/securityContext/capabilities/add",
-            json!(["NET_BIND_SERVICE", "CHOWN"]),
-        ),
-        "/spec/securityContext/sysctls",
-        json!([{"name": "net.ipv4.ip_unprivileged_port_start", "value": "0"}]),
-    );
-    // What a manifest may add to the forced settings: tighter, never looser.
+    // The stack pod with `edits` made, each a JSON pointer and the value set there.
+    let edited = |edits: &[(&str, Value)]| {
+        let edit = |pod, (pointer, value): &(&str, Value)| with(pod, pointer, value.clone());
+        edits.iter().fold(pod.clone(), edit)
+    };
+    let host_port = "/spec/containers/0/ports/0/hostPort";
     let container = "/spec/containers/0/securityContext";
-    let tighter = with(
-        with(
-            with(pod.clone(), &format!("{container}/runAsNonRoot"), json!(true)),
-            &format!("{container}/runAsUser"),
-            json!(1000),
-        ),
-        &format!("{container}/readOnlyRootFilesystem"),
-        json!(true),
-    );
-    let drop_all = with(
-        with(pod.clone(), &format!("{container}/capabilities/drop"), json!(["ALL"])),
-        &format!("{container}/capabilities/add"),
-        json!(["NET_BIND_SERVICE"]),
-    );
-    let volumes = with(
-        pod.clone(),
-        "/spec/volumes",
-        json!([
-            {"name": "scratch", "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}},
-            {"name": "config", "configMap": {"name": "challenge"}},
-            {"name": "flag", "secret": {"secretName": "flag"}},
-            {"name": "info", "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
-            {"name": "both", "projected": {"sources": [{"configMap": {"name": "challenge"}}, {"secret": {"name": "flag"}}]}},
-        ]),
-    );
     let cases = [
         ("as-provisioned", pod.clone()),
-        ("host-port-min", host_port(min)),
-        ("host-port-max", host_port(max)),
-        ("baseline-extras", baseline_extras),
-        ("tighter", tighter),
-        ("drop-all", drop_all),
-        ("volumes", volumes),
+        ("host-port-min", edited(&[(host_port, json!(min))])),
+        ("host-port-max", edited(&[(host_port, json!(max))])),
+        (
+            "baseline-extras",
+            edited(&[
+                (host_port, json!(min + 1)),
+                (
+                    &format!("{container}/capabilities/add"),
+                    json!(["NET_BIND_SERVICE", "CHOWN"]),
+                ),
+                (
+                    "/spec/securityContext/sysctls",
+                    json!([{"name": "net.ipv4.ip_unprivileged_port_start", "value": "0"}]),
+                ),
+            ]),
+        ),
+        // What a manifest may add to the forced settings: tighter, never looser.
+        (
+            "tighter",
+            edited(&[
+                (&format!("{container}/runAsNonRoot"), json!(true)),
+                (&format!("{container}/runAsUser"), json!(1000)),
+                (&format!("{container}/readOnlyRootFilesystem"), json!(true)),
+            ]),
+        ),
+        (
+            "drop-all",
+            edited(&[
+                (&format!("{container}/capabilities/drop"), json!(["ALL"])),
+                (&format!("{container}/capabilities/add"), json!(["NET_BIND_SERVICE"])),
+            ]),
+        ),
+        (
+            "volumes",
+            edited(&[(
+                "/spec/volumes",
+                json!([
+                    {"name": "scratch", "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}},
+                    {"name": "config", "configMap": {"name": "challenge"}},
+                    {"name": "flag", "secret": {"secretName": "flag"}},
+                    {"name": "info", "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
+                    {"name": "both", "projected": {"sources": [{"configMap": {"name": "challenge"}}, {"secret": {"name": "flag"}}]}},
+                ]),
+            )]),
+        ),
     ];
     for (case, pod) in cases {
         let created = harness
