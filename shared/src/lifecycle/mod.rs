@@ -568,35 +568,35 @@ mod tests {
     fn definite_failures_fail_a_stack_at_the_first_observation() {
         let cases: Vec<(Pod, R)> = vec![
             (
-                kubelet::waiting_for("ErrImagePull", Some(kubelet::NOT_FOUND)),
+                kubelet::waiting_for("ErrImagePull", kubelet::NOT_FOUND),
                 R::ImageNotFound,
             ),
             (
-                kubelet::waiting_for("ImagePullBackOff", Some(&kubelet::back_off(kubelet::NOT_FOUND))),
+                kubelet::waiting_for("ImagePullBackOff", &kubelet::back_off(kubelet::NOT_FOUND)),
                 R::ImageNotFound,
             ),
             (
-                kubelet::waiting_for("ErrImagePull", Some(kubelet::UNAUTHORIZED)),
+                kubelet::waiting_for("ErrImagePull", kubelet::UNAUTHORIZED),
                 R::ImagePullDenied,
             ),
             (
-                kubelet::waiting_for("ErrImagePull", Some(kubelet::PULL_ACCESS_DENIED)),
+                kubelet::waiting_for("ErrImagePull", kubelet::PULL_ACCESS_DENIED),
                 R::ImagePullDenied,
             ),
             (
-                kubelet::waiting_for("InvalidImageName", Some("couldn't parse image name \"Web\"")),
+                kubelet::waiting_for("InvalidImageName", "couldn't parse image name \"Web\""),
                 R::InvalidImageName,
             ),
             (
-                kubelet::waiting_for("CreateContainerConfigError", Some(kubelet::RUN_AS_ROOT)),
+                kubelet::waiting_for("CreateContainerConfigError", kubelet::RUN_AS_ROOT),
                 R::ContainerConfigError,
             ),
             (
-                kubelet::waiting_for("CreateContainerError", Some("no command specified")),
+                kubelet::waiting_for("CreateContainerError", "no command specified"),
                 R::ContainerStartError,
             ),
             (
-                kubelet::waiting_for("RunContainerError", Some(kubelet::NO_ENTRYPOINT)),
+                kubelet::waiting_for("RunContainerError", kubelet::NO_ENTRYPOINT),
                 R::ContainerStartError,
             ),
             (
@@ -628,22 +628,19 @@ mod tests {
     fn transient_troubles_fail_a_stack_only_past_its_start_timeout() {
         let cases: Vec<(Pod, R)> = vec![
             (
-                kubelet::waiting_for("ErrImagePull", Some(kubelet::REFUSED)),
+                kubelet::waiting_for("ErrImagePull", kubelet::REFUSED),
                 R::ImagePullFailed,
             ),
             (
-                kubelet::waiting_for("ImagePullBackOff", Some(&kubelet::back_off(kubelet::REFUSED))),
+                kubelet::waiting_for("ImagePullBackOff", &kubelet::back_off(kubelet::REFUSED)),
                 R::ImagePullFailed,
             ),
             (
-                kubelet::waiting_for(
-                    "ImagePullBackOff",
-                    Some("Back-off pulling image \"10.80.0.1:5000/web:1\""),
-                ),
+                kubelet::waiting_for("ImagePullBackOff", "Back-off pulling image \"10.80.0.1:5000/web:1\""),
                 R::ImagePullFailed,
             ),
             (
-                kubelet::waiting_for("CreateContainerError", Some("context deadline exceeded")),
+                kubelet::waiting_for("CreateContainerError", "context deadline exceeded"),
                 R::ContainerStartError,
             ),
             (kubelet::pulling(), R::StartTimeout),
@@ -682,8 +679,8 @@ mod tests {
             kubelet::started_not_ready(),
             kubelet::pulling(),
             kubelet::just_bound(),
-            kubelet::waiting_for("ErrImagePull", Some(kubelet::REFUSED)),
-            kubelet::waiting_for("ErrImagePull", Some(kubelet::NOT_FOUND)),
+            kubelet::waiting_for("ErrImagePull", kubelet::REFUSED),
+            kubelet::waiting_for("ErrImagePull", kubelet::NOT_FOUND),
             kubelet::exited(1, "Error", None),
             kubelet::exited(0, "Completed", None),
         ];
@@ -799,7 +796,7 @@ mod tests {
 
     #[test]
     fn a_tombstones_leftover_objects_are_removed_again_and_its_record_kept() {
-        let left = PodView::of(&kubelet::waiting_for("ErrImagePull", Some(kubelet::NOT_FOUND)));
+        let left = PodView::of(&kubelet::waiting_for("ErrImagePull", kubelet::NOT_FOUND));
         let service = ServiceView { object: object(0) };
         for observed in [
             StackObjects {

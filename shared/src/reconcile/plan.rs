@@ -786,7 +786,7 @@ mod tests {
     #[test]
     fn a_failing_stack_loses_its_objects_and_keeps_its_record_marked_failed() {
         let mut inventory = healthy();
-        inventory.pods[0].health = PodView::of(&kubelet::waiting_for("ErrImagePull", Some(kubelet::NOT_FOUND))).health;
+        inventory.pods[0].health = PodView::of(&kubelet::waiting_for("ErrImagePull", kubelet::NOT_FOUND)).health;
         let p = run(inventory);
         assert_eq!(p.actions.len(), 1, "{:?}", p.actions);
         let r = removal(&p).unwrap();

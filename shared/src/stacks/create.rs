@@ -677,9 +677,9 @@ mod tests {
         );
         assert_eq!(status(&kubelet::pulling()).unwrap(), (StackStatus::Creating, None));
         // Transient: the create answers `creating`, the start timeout decides later.
-        let refused = kubelet::waiting_for("ErrImagePull", Some(kubelet::REFUSED));
+        let refused = kubelet::waiting_for("ErrImagePull", kubelet::REFUSED);
         assert_eq!(status(&refused).unwrap(), (StackStatus::Creating, None));
-        let missing = kubelet::waiting_for("ErrImagePull", Some(kubelet::NOT_FOUND));
+        let missing = kubelet::waiting_for("ErrImagePull", kubelet::NOT_FOUND);
         assert_eq!(
             status(&missing).unwrap(),
             (StackStatus::Failed, Some(FailureReason::ImageNotFound))

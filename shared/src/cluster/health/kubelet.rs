@@ -159,18 +159,23 @@ fn terminated(code: i32, reason: &str, message: Option<&str>) -> Value {
 
 /// Pending, `web` waiting with the kubelet's `reason` (`ContainerCreating` while it pulls,
 /// `ErrImagePull`, `ImagePullBackOff`, `CreateContainerConfigError`, ...).
-pub(crate) fn waiting_for(reason: &str, message: Option<&str>) -> Pod {
+pub(crate) fn waiting_for(reason: &str, message: &str) -> Pod {
+    pending(waiting(reason, Some(message)))
+}
+
+/// Still pulling the image: the kubelet's default waiting state, which says no more.
+pub(crate) fn pulling() -> Pod {
+    pending(waiting("ContainerCreating", None))
+}
+
+/// Pending, `web` in the `waiting` state given.
+fn pending(waiting: Value) -> Pod {
     pod(status(
         "Pending",
         conditions(false, "ContainersNotReady", true),
         json!([]),
-        json!([container("web", false, false, waiting(reason, message))]),
+        json!([container("web", false, false, waiting)]),
     ))
-}
-
-/// Still pulling the image: the kubelet's default waiting state.
-pub(crate) fn pulling() -> Pod {
-    waiting_for("ContainerCreating", None)
 }
 
 /// Running, the container started, its readiness probe not yet passed.

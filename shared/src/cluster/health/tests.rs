@@ -18,12 +18,12 @@ fn starting(pod: &Pod) -> Failure {
 
 /// [`failed`] for a pod whose container waits with the kubelet's `reason` and `message`.
 fn failed_while(reason: &str, message: &str) -> Failure {
-    failed(&kubelet::waiting_for(reason, Some(message)))
+    failed(&kubelet::waiting_for(reason, message))
 }
 
 /// [`starting`] for a pod whose container waits with the kubelet's `reason` and `message`.
 fn starting_while(reason: &str, message: &str) -> Failure {
-    starting(&kubelet::waiting_for(reason, Some(message)))
+    starting(&kubelet::waiting_for(reason, message))
 }
 
 #[test]
