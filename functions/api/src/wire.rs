@@ -154,7 +154,6 @@ impl<'a> From<&'a StackRecord> for StatusView<'a> {
     }
 }
 
-/// `{"stacks": [...], "next_cursor": "..."}`; `next_cursor` only when another page follows.
 /// One page of `GET /stacks`: oldest first; `next_cursor` only when more stacks follow.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct StackPage<'a> {
