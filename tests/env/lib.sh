@@ -105,6 +105,7 @@ start_component() {
     # Lock descriptors (8: state lock, 9: install lock) must not outlive the script in the child.
     setsid bash -c 'echo "$$ $1" > "$2"; shift 2; exec "$@"' _ "$exe" "$(pid_file "$name")" "$@" \
         </dev/null >>"$log" 2>&1 8>&- 9>&- &
+    STARTED_PIDS[$name]=$!
     # The pid file is written by the child; wait for it so callers can rely on it.
     local i
     for ((i = 0; i < 100; i++)); do
@@ -114,8 +115,30 @@ start_component() {
     die "$name did not start (no pid file)"
 }
 
+# The pid of each component this shell started: its child, so its pid is not reused before it
+# is waited for, and `wait` tells how it ended.
+declare -A STARTED_PIDS=()
+
+# A component this shell started has ended (a zombie counts). Not component_alive, whose
+# command line reads empty while the process is inside execve(2): a CI run once reported a
+# just-started controller-manager dead with nothing in its log.
+component_exited() {
+    local pid="${STARTED_PIDS[$1]:-}"
+    [[ -n "$pid" ]] && ! pid_running "$pid"
+}
+
+# Says why a component failed and shows its log's tail; when its process ended, also how (as
+# its parent, this shell, was told: an exit status or a signal).
 report_crash() {
-    local name="$1" why="$2"
+    local name="$1" why="$2" status=0
+    if component_exited "$name"; then
+        wait "${STARTED_PIDS[$name]}" 2>/dev/null || status=$?
+        if ((status > 128)); then
+            why="$why (killed by signal $((status - 128)), $(kill -l "$status"))"
+        else
+            why="$why (exit status $status)"
+        fi
+    fi
     log "ERROR: $name $why; last lines of $(log_file "$name"):"
     tail -n 40 "$(log_file "$name")" >&2 || true
 }
@@ -130,7 +153,7 @@ wait_until() {
         if "$@" >/dev/null 2>&1; then
             return 0
         fi
-        if ! component_alive "$name"; then
+        if component_exited "$name"; then
             report_crash "$name" "exited while waiting for: $what"
             return 1
         fi
