@@ -51,6 +51,12 @@ fn stack_gone() -> Answer {
     ("404", error_answer("Stack gone"))
 }
 
+/// A request body over the router's limit.
+fn body_too_large() -> Answer {
+    let mib = crate::router::MAX_BODY_BYTES / (1024 * 1024);
+    ("413", error_answer(&format!("Body over {mib} MiB")))
+}
+
 /// DynamoDB or the apiserver is unavailable; `Retry-After` says when to try again.
 fn unavailable() -> Answer {
     let retry_after = Header::new(Object::with_type(Type::String));
@@ -82,6 +88,11 @@ response_sets! {
     KeyRefused = [key_missing(), role_refused()];
     /// What every route that takes a key may answer besides its own: [`KeyRefused`] and 503.
     KeyedRouteErrors = [key_missing(), role_refused(), unavailable()];
+    /// 413 of a route that reads a body.
+    BodyTooLarge = [body_too_large()];
+    /// What every route that reads a body may answer besides its own: [`KeyedRouteErrors`] and
+    /// [`BodyTooLarge`].
+    BodyRouteErrors = [body_too_large(), key_missing(), role_refused(), unavailable()];
     /// What every route of one stack may answer besides its own: [`KeyedRouteErrors`] and 404.
     StackRouteErrors = [key_missing(), role_refused(), stack_gone(), unavailable()];
 }
@@ -297,6 +308,20 @@ mod tests {
         };
         assert_eq!(item["pattern"], "\\S", "{ids}");
         assert_eq!(ids["maxItems"], stack_core::MAX_BATCH_IDS, "{ids}");
+        let mut with_body = 0;
+        for (path, operations) in doc["paths"].as_object().unwrap() {
+            for (method, operation) in operations.as_object().unwrap() {
+                if operation.get("requestBody").is_some() {
+                    with_body += 1;
+                    let too_large = &operation["responses"]["413"]["description"];
+                    assert_eq!(too_large, "Body over 1 MiB", "{method} {path}");
+                }
+            }
+        }
+        assert_eq!(
+            with_body, 4,
+            "create, batch delete, preflight and the pre-pull list read a body"
+        );
     }
 
     /// Failed stacks say why in two optional fields; the fields clients already read stay

@@ -319,16 +319,20 @@ async fn routes_methods_and_body_limits_answer_json() {
     assert_eq!(wrong_method.status, 405);
     assert!(wrong_method.json["error"].is_string());
     let huge = "x".repeat(1024 * 1024 + 10);
-    let too_big = api
-        .send(
-            Request::post("/stacks")
-                .header("x-api-key", API_KEY)
-                .body(Body::from(huge))
-                .unwrap(),
-        )
-        .await;
-    assert_eq!(too_big.status, 413);
-    assert!(too_big.json["error"].is_string());
+    for (method, path) in [
+        (Method::POST, "/stacks"),
+        (Method::POST, "/stacks/batch-delete"),
+        (Method::POST, "/preflight"),
+        (Method::PUT, "/prepull"),
+    ] {
+        let request = Request::builder()
+            .method(&method)
+            .uri(path)
+            .header("x-api-key", API_KEY);
+        let too_big = api.send(request.body(Body::from(huge.clone())).unwrap()).await;
+        assert_eq!(too_big.status, 413, "{method} {path}");
+        assert!(too_big.json["error"].is_string(), "{method} {path}");
+    }
     let missing = api.call(Method::GET, "/stacks/stack-0123456789abcdef", None).await;
     assert_eq!(
         (missing.status, missing.json),

@@ -20,8 +20,7 @@ use crate::extract::Caller;
     responses(
         (status = 202, description = "Success", body = crate::openapi::JobAccepted),
         (status = 400, description = "No ids, a blank id, more than 10,000 ids or a bad body", body = crate::openapi::ErrorBody),
-        (status = 413, description = "Body over 1 MiB", body = crate::openapi::ErrorBody),
-        crate::openapi::KeyedRouteErrors,
+        crate::openapi::BodyRouteErrors,
     ),
 )]
 pub async fn start(caller: Caller, body: Bytes) -> Result<Response, ApiError> {

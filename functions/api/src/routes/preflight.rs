@@ -18,8 +18,7 @@ use crate::wire::parse_preflight_body;
     responses(
         (status = 200, description = "Success (go or no-go)", body = Forecast),
         (status = 400, description = "Invalid body, or a manifest a create would refuse", body = crate::openapi::ErrorBody),
-        (status = 413, description = "Body over 1 MiB", body = crate::openapi::ErrorBody),
-        crate::openapi::KeyedRouteErrors,
+        crate::openapi::BodyRouteErrors,
     ),
 )]
 pub async fn preflight(caller: Caller, body: Bytes) -> Result<Json<Forecast>, ApiError> {

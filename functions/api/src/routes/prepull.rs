@@ -35,7 +35,7 @@ pub async fn readiness(caller: Caller) -> Result<Json<Readiness>, ApiError> {
     responses(
         (status = 200, description = "Declared; where the images stand now", body = Readiness),
         (status = 400, description = "Invalid body, or an image a manifest could not use", body = crate::openapi::ErrorBody),
-        crate::openapi::KeyedRouteErrors,
+        crate::openapi::BodyRouteErrors,
     ),
 )]
 pub async fn declare(caller: Caller, body: Bytes) -> Result<Json<Readiness>, ApiError> {

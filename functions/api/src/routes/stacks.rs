@@ -29,7 +29,7 @@ const MAX_IDEMPOTENCY_KEY_LEN: usize = 256;
         (status = 400, description = "Invalid spec or body", body = crate::openapi::ErrorBody),
         crate::openapi::KeyRefused,
         (status = 409, description = "Idempotency key reused with another body", body = crate::openapi::ErrorBody),
-        (status = 413, description = "Body over 1 MiB", body = crate::openapi::ErrorBody),
+        crate::openapi::BodyTooLarge,
         (status = 503, description = "No capacity, or a dependency is unavailable",
             headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
     ),
