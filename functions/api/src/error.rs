@@ -3,8 +3,9 @@
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 use stack_core::{ErrorClass, StackError, error_chain};
+
+use crate::openapi::ErrorBody;
 
 /// Seconds a client is asked to wait after a 503.
 const RETRY_AFTER_SECS: &str = "5";
@@ -67,7 +68,7 @@ impl From<StackError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut response = (self.status, Json(json!({ "error": self.message }))).into_response();
+        let mut response = (self.status, Json(ErrorBody { error: self.message })).into_response();
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
             response
                 .headers_mut()

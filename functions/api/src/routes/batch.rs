@@ -6,10 +6,11 @@ use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::extract::Caller;
+use crate::openapi::JobAccepted;
 
 /// Accepts `{"stack_ids": [...]}`, stores a durable job and starts it in the background.
 #[utoipa::path(
@@ -45,7 +46,7 @@ pub async fn start(caller: Caller, body: Bytes) -> Result<Response, ApiError> {
             tracing::warn!(error = %err, "batch delete paused; the reconciler will finish it");
         }
     });
-    Ok((StatusCode::ACCEPTED, Json(json!({ "job_id": job_id }))).into_response())
+    Ok((StatusCode::ACCEPTED, Json(JobAccepted { job_id })).into_response())
 }
 
 #[utoipa::path(

@@ -1,10 +1,9 @@
+use crate::error::ApiError;
+use crate::openapi::Health;
+use crate::state::AppState;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use serde_json::{Value, json};
-
-use crate::error::ApiError;
-use crate::state::AppState;
 
 /// `{"status":"ok"}` once DynamoDB and the apiserver both answer.
 #[utoipa::path(
@@ -17,7 +16,7 @@ use crate::state::AppState;
         (status = 503, description = "DynamoDB or the apiserver does not answer", headers(("Retry-After" = String)), body = crate::openapi::ErrorBody),
     ),
 )]
-pub async fn healthz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+pub async fn healthz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
     let store = state.stacks.store();
     let cluster = state.stacks.cluster();
     let (table, apiserver) = tokio::join!(store.ping(), cluster.ping());
@@ -32,5 +31,7 @@ pub async fn healthz(State(state): State<AppState>) -> Result<Json<Value>, ApiEr
             "kubernetes apiserver unavailable",
         ));
     }
-    Ok(Json(json!({ "status": "ok" })))
+    Ok(Json(Health {
+        status: "ok".to_owned(),
+    }))
 }

@@ -3,12 +3,12 @@ use axum::body::Bytes;
 use axum::extract::RawQuery;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 use sha2::{Digest, Sha256};
 use stack_core::{CreateOutcome, CreateRequest, ListCursor, StackRecord};
 
 use crate::error::ApiError;
 use crate::extract::{Caller, StackIdPath};
+use crate::openapi::Deleted;
 use crate::request_log::LoggedStackId;
 use crate::wire::{
     MAX_PAGE_PAYLOAD_BYTES, StackPage, StackView, StatusView, parse_create_body, parse_list_query, payload_bytes,
@@ -144,7 +144,11 @@ pub async fn status(caller: Caller, StackIdPath(id): StackIdPath) -> Result<Resp
 )]
 pub async fn delete(caller: Caller, StackIdPath(id): StackIdPath) -> Result<Response, ApiError> {
     caller.stacks.delete(&id, caller.scope()).await?;
-    Ok(Json(json!({ "deleted": true, "stack_id": id })).into_response())
+    let deleted = Deleted {
+        deleted: true,
+        stack_id: id.to_string(),
+    };
+    Ok(Json(deleted).into_response())
 }
 
 #[utoipa::path(
