@@ -213,16 +213,31 @@ pub async fn uncordon(client: &Client, name: &str) -> Result<(), EnvError> {
     set_unschedulable(client, name, false).await
 }
 
+/// The taint the node lifecycle controller puts on a cordoned node.
+const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
+
+/// Returns once the controller-manager has tainted (or untainted) the node: it has watched the
+/// change by then, and so, in practice, has the scheduler, which watches nodes the same way.
+/// After the patch alone, a pod could still meet a scheduler cache without the change (a CI
+/// run waited 60 s in vain for a pod created right after a cordon to be unschedulable).
 async fn set_unschedulable(client: &Client, name: &str, unschedulable: bool) -> Result<(), EnvError> {
-    Api::<Node>::all(client.clone())
+    let nodes = Api::<Node>::all(client.clone());
+    nodes
         .patch(
             name,
             &PatchParams::default(),
             &Patch::Merge(json!({ "spec": { "unschedulable": unschedulable } })),
         )
         .await
+        .map_err(EnvError::kube(format!("set node {name} unschedulable={unschedulable}")))?;
+    let tainted = move |node: Option<&Node>| {
+        let taints = node.and_then(|n| n.spec.as_ref()?.taints.as_ref());
+        taints.is_some_and(|t| t.iter().any(|t| t.key == UNSCHEDULABLE_TAINT)) == unschedulable
+    };
+    let what = format!("node {name} tainted {UNSCHEDULABLE_TAINT}={unschedulable}");
+    wait_for(&nodes, name, &what, NODE_READY_TIMEOUT, tainted)
+        .await
         .map(|_| ())
-        .map_err(EnvError::kube(format!("set node {name} unschedulable={unschedulable}")))
 }
 
 /// Deletes the node; a node that is already gone is not an error.
