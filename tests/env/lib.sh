@@ -86,6 +86,10 @@ all_running() {
     done
 }
 
+# The pid of each component this shell started: its child, so its pid is not reused before it
+# is waited for, and `wait` tells how it ended.
+declare -A STARTED_PIDS=()
+
 # Starts a component detached from this shell (own session, so Ctrl-C in a terminal or the
 # end of this script does not reach it) and records "<pid> <executable>" in its pid file.
 # `start_component <name> [--exe <executable>] <command...>`: --exe names the program the
@@ -114,10 +118,6 @@ start_component() {
     done
     die "$name did not start (no pid file)"
 }
-
-# The pid of each component this shell started: its child, so its pid is not reused before it
-# is waited for, and `wait` tells how it ended.
-declare -A STARTED_PIDS=()
 
 # A component this shell started has ended (a zombie counts). Not component_alive, whose
 # command line reads empty while the process is inside execve(2): a CI run once reported a

@@ -25,7 +25,8 @@ pub const ROLE_LABEL: &str = "role";
 /// `STACK_NODE_ROLE` to this role, or to one of its own nodes.
 pub const SIMULATED_ROLE: &str = "sim";
 
-const NODE_READY_TIMEOUT: Duration = Duration::from_secs(90);
+/// How long a node may take to become Ready, to show a cordon's taint, or to run a probe pod.
+const NODE_WAIT: Duration = Duration::from_secs(90);
 
 const EPHEMERAL_STORAGE: &str = "4Ti";
 
@@ -183,14 +184,7 @@ pub async fn add_node(client: &Client, node: &SimulatedNode) -> Result<Node, Env
 /// Waits until the node's Ready condition is True.
 pub async fn wait_node_ready(client: &Client, name: &str) -> Result<Node, EnvError> {
     let nodes = Api::<Node>::all(client.clone());
-    let ready = wait_for(
-        &nodes,
-        name,
-        &format!("node {name} Ready"),
-        NODE_READY_TIMEOUT,
-        is_node_ready,
-    )
-    .await?;
+    let ready = wait_for(&nodes, name, &format!("node {name} Ready"), NODE_WAIT, is_node_ready).await?;
     ready.ok_or_else(|| EnvError::Timeout {
         what: format!("node {name} (deleted while waiting)"),
         seconds: 0,
@@ -235,9 +229,7 @@ async fn set_unschedulable(client: &Client, name: &str, unschedulable: bool) -> 
         taints.is_some_and(|t| t.iter().any(|t| t.key == UNSCHEDULABLE_TAINT)) == unschedulable
     };
     let what = format!("node {name} tainted {UNSCHEDULABLE_TAINT}={unschedulable}");
-    wait_for(&nodes, name, &what, NODE_READY_TIMEOUT, tainted)
-        .await
-        .map(|_| ())
+    wait_for(&nodes, name, &what, NODE_WAIT, tainted).await.map(|_| ())
 }
 
 /// Deletes the node; a node that is already gone is not an error.
@@ -300,7 +292,7 @@ pub async fn run_probe_pod(
         Err(kube::Error::Api(status)) if status.code == 409 => {}
         Err(error) => return Err(EnvError::kube(format!("create pod {name}"))(error)),
     }
-    let waited = wait_for(&pods, &name, what, NODE_READY_TIMEOUT, condition).await;
+    let waited = wait_for(&pods, &name, what, NODE_WAIT, condition).await;
     pods.delete(
         &name,
         &DeleteParams {

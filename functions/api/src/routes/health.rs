@@ -1,9 +1,10 @@
-use crate::error::ApiError;
-use crate::openapi::Health;
-use crate::state::AppState;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+
+use crate::error::ApiError;
+use crate::openapi::Health;
+use crate::state::AppState;
 
 /// `{"status":"ok"}` once DynamoDB and the apiserver both answer.
 #[utoipa::path(
