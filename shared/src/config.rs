@@ -275,7 +275,14 @@ impl Config {
                 deny_egress_cidrs: env.parse("STACK_DENY_EGRESS_CIDRS", Vec::new(), parse_cidrs),
                 allow_ingress_cidrs: env.parse("STACK_ALLOW_INGRESS_CIDRS", Vec::new(), parse_cidrs),
             },
-            require_isolation: env.parse("STACK_REQUIRE_ISOLATION", true, parse_bool),
+            // The Go provisioner's switch refused creates without an ingress NetworkPolicy; ours
+            // refuses them while the isolation is not in place: a deployment's `false` means the same.
+            require_isolation: env.parse_renamed(
+                "STACK_REQUIRE_ISOLATION",
+                "STACK_REQUIRE_INGRESS_NETWORK_POLICY",
+                true,
+                parse_bool,
+            ),
             table: env.string("DDB_STACK_TABLE").unwrap_or_else(|| "stacks".into()),
             consistent_read: env.parse("DDB_CONSISTENT_READ", true, parse_bool),
             cluster: ClusterTarget {
@@ -397,6 +404,28 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
 
     fn parse<T>(&mut self, name: &str, default: T, parse: impl Fn(&str) -> Result<T, String>) -> T {
         self.parse_opt(name, parse).unwrap_or(default)
+    }
+
+    /// A setting that a deployment of the Go provisioner sets under `old_name`: read under
+    /// either name; both set and disagreeing is a problem, not a silent choice.
+    fn parse_renamed<T: PartialEq>(
+        &mut self,
+        name: &str,
+        old_name: &str,
+        default: T,
+        parse: impl Fn(&str) -> Result<T, String>,
+    ) -> T {
+        let current = self.parse_opt(name, &parse);
+        let old = self.parse_opt(old_name, &parse);
+        match (current, old) {
+            (Some(current), Some(old)) if current != old => {
+                self.problems.push(format!(
+                    "{old_name}: the older name of {name}, which is set otherwise; set one"
+                ));
+                current
+            }
+            (current, old) => current.or(old).unwrap_or(default),
+        }
     }
 
     /// A comma-separated list (`a, b,c`), if set.
@@ -563,6 +592,34 @@ mod tests {
         assert_eq!(
             c.validation.annotation_allowlist,
             to_strings(DEFAULT_ANNOTATION_ALLOWLIST)
+        );
+    }
+
+    #[test]
+    fn the_go_provisioners_name_of_the_isolation_switch_is_read() {
+        let old = with_key(&[("STACK_REQUIRE_INGRESS_NETWORK_POLICY", "false")]).unwrap();
+        assert!(!old.require_isolation);
+        let both = with_key(&[
+            ("STACK_REQUIRE_INGRESS_NETWORK_POLICY", "false"),
+            ("STACK_REQUIRE_ISOLATION", "false"),
+        ])
+        .unwrap();
+        assert!(!both.require_isolation);
+        assert!(
+            with_key(&[("STACK_REQUIRE_ISOLATION", "true")])
+                .unwrap()
+                .require_isolation
+        );
+        assert_refused(
+            &[
+                ("STACK_REQUIRE_INGRESS_NETWORK_POLICY", "false"),
+                ("STACK_REQUIRE_ISOLATION", "true"),
+            ],
+            &["STACK_REQUIRE_INGRESS_NETWORK_POLICY: the older name of STACK_REQUIRE_ISOLATION"],
+        );
+        assert_refused(
+            &[("STACK_REQUIRE_INGRESS_NETWORK_POLICY", "sometimes")],
+            &["STACK_REQUIRE_INGRESS_NETWORK_POLICY: expected true or false"],
         );
     }
 

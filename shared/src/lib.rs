@@ -58,12 +58,13 @@ pub use store::{
     IdempotencyClaim, ListCursor, MAX_ITEM_BYTES, Manifest, Store, StoreError, StoredManifest, UnstorableManifest,
 };
 // What the API does with stacks.
-// The images kept on the stack nodes before the start gun.
-pub use prepull::{ImageFailure, ImageReadiness, Readiness};
 pub use stacks::{
     CreateOutcome, CreateRequest, ErrorClass, EventPlan, ExpectedStacks, Forecast, MAX_BATCH_IDS, MAX_PREPULL_IMAGES,
     SetupError, StackError, Stacks, Stats,
 };
+// The images kept on the stack nodes before the start gun (`ImageFailure` and `ImageReadiness`
+// only as the types of `Readiness`'s fields, which the API serializes).
+pub use prepull::{ImageFailure, ImageReadiness, Readiness};
 // The reconciler.
 pub use reconcile::{LEASE_NAME, PassError, Reconciler, Summary, run_pass};
 // Other crates' tests: text that barely compresses (and `StackRecord::test()`).

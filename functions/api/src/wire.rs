@@ -1,9 +1,8 @@
 //! JSON shapes of the contract: the Stack and StatusSummary objects, the create request in
 //! both client generations (v1: `target_port` array; v0: one integer, TCP) and the list page.
 
-use std::io;
-
 use std::collections::BTreeMap;
+use std::io;
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};

@@ -574,6 +574,13 @@ async fn a_policy_that_widens_the_isolation_refuses_creation_until_it_is_gone() 
     // An operator who accepts it says so; /stats (and the dashboard) still tell.
     let relaxed = ApiHarness::with_env(&[("STACK_NAMESPACE", &namespace), ("STACK_REQUIRE_ISOLATION", "false")]).await;
     assert_eq!(relaxed.create(WEB_POD, json!(80)).await.status, 201);
+    // So does a deployment of the Go provisioner, under its own name for the switch.
+    let legacy = ApiHarness::with_env(&[
+        ("STACK_NAMESPACE", &namespace),
+        ("STACK_REQUIRE_INGRESS_NETWORK_POLICY", "false"),
+    ])
+    .await;
+    assert_eq!(legacy.create(WEB_POD, json!(80)).await.status, 201);
     let isolation = relaxed.call(Method::GET, "/stats", None).await.json["isolation"].clone();
     assert_eq!(isolation["in_place"], false, "{isolation}");
     assert!(
@@ -593,7 +600,7 @@ async fn a_policy_that_widens_the_isolation_refuses_creation_until_it_is_gone() 
     // The running process that saw it widened sees the repair at its next read.
     let isolation = relaxed.call(Method::GET, "/stats", None).await.json["isolation"].clone();
     assert_eq!(isolation["in_place"], true, "{isolation}");
-    for harness in [second, relaxed, third] {
+    for harness in [second, relaxed, legacy, third] {
         let _ = harness.table.delete().await;
     }
     first.finish().await;
