@@ -4,6 +4,8 @@
 //! configuration section; the README's table lists them all); every bad variable is reported
 //! in one error.
 
+use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -208,27 +210,35 @@ pub struct ConfigError {
 }
 
 impl Config {
-    /// Reads the process environment.
+    /// Reads the process environment, and warns of each variable that looks like a misspelt
+    /// setting (it is ignored, as the setting's default is not).
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(|name| std::env::var(name).ok())
+        let (config, settings) = Self::read(|name| std::env::var(name).ok());
+        let present = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
+        for (variable, setting) in misspelt_settings(present, &settings) {
+            tracing::warn!(%variable, %setting, "not a setting, ignored: a misspelling of the setting?");
+        }
+        config
     }
 
     /// Reads variables through `lookup`; blank values count as unset.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        Self::read(lookup).0
+    }
+
+    /// The configuration, and the name of every setting (each one read, set or not).
+    fn read(lookup: impl Fn(&str) -> Option<String>) -> (Result<Self, ConfigError>, BTreeSet<String>) {
         let mut env = Reader {
             lookup: &lookup,
             problems: Vec::new(),
+            names: RefCell::default(),
         };
         let api_key_enabled = env.parse("API_KEY_ENABLED", true, parse_bool);
         let tenants = env.parse("STACK_TENANTS", Tenants::default(), Tenants::parse);
+        let (api_keys, api_key) = (env.string("API_KEYS"), env.string("API_KEY"));
         // Required only by the API (see `require_api_key`): the reconciler needs no key.
         let keys = if api_key_enabled {
-            KeyRing::parse(
-                env.string("API_KEYS").as_deref(),
-                env.string("API_KEY").as_deref(),
-                &tenants,
-            )
-            .unwrap_or_else(|problems| {
+            KeyRing::parse(api_keys.as_deref(), api_key.as_deref(), &tenants).unwrap_or_else(|problems| {
                 env.problems.extend(problems);
                 KeyRing::default()
             })
@@ -309,11 +319,12 @@ impl Config {
         };
         let mut problems = env.problems;
         problems.extend(config.cross_checks());
-        if problems.is_empty() {
+        let config = if problems.is_empty() {
             Ok(config)
         } else {
             Err(ConfigError { problems })
-        }
+        };
+        (config, env.names.into_inner())
     }
 
     fn cross_checks(&self) -> Vec<String> {
@@ -393,10 +404,13 @@ impl Config {
 struct Reader<'a, F: Fn(&str) -> Option<String>> {
     lookup: &'a F,
     problems: Vec<String>,
+    /// Every name read: the settings there are.
+    names: RefCell<BTreeSet<String>>,
 }
 
 impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
     fn string(&self, name: &str) -> Option<String> {
+        self.names.borrow_mut().insert(name.to_owned());
         (self.lookup)(name)
             .map(|v| v.trim().to_owned())
             .filter(|v| !v.is_empty())
@@ -443,6 +457,24 @@ impl<F: Fn(&str) -> Option<String>> Reader<'_, F> {
             }
         }
     }
+}
+
+/// The variables of `present` that are not settings but one or two keystrokes from one, or
+/// one in other case (`STACK_TLL`, `stack_ttl`), each with that setting.
+fn misspelt_settings(present: impl IntoIterator<Item = String>, settings: &BTreeSet<String>) -> Vec<(String, String)> {
+    const MAX_EDITS: usize = 2;
+    present
+        .into_iter()
+        .filter(|name| !settings.contains(name))
+        .filter_map(|name| {
+            let upper = name.to_ascii_uppercase();
+            let (edits, setting) = settings
+                .iter()
+                .map(|setting| (strsim::damerau_levenshtein(&upper, setting), setting))
+                .min()?;
+            (edits <= MAX_EDITS).then(|| (name, setting.clone()))
+        })
+        .collect()
 }
 
 fn parse_bool(v: &str) -> Result<bool, String> {
@@ -593,6 +625,49 @@ mod tests {
             c.validation.annotation_allowlist,
             to_strings(DEFAULT_ANNOTATION_ALLOWLIST)
         );
+    }
+
+    #[test]
+    fn a_misspelt_setting_is_named_with_the_setting_it_misses() {
+        let (_, settings) = Config::read(|_| None);
+        let present = [
+            "STACK_TLL",
+            "stack_namespace",
+            "STACK_REQUIRE_ISOLATON",
+            "STACK_NODEPORTMIN",
+            // Settings, and what is not near one: the local environment's, AWS's, Lambda's.
+            "STACK_TTL",
+            "STACK_ENV_REGISTRY",
+            "AWS_REGION",
+            "AWS_LAMBDA_FUNCTION_NAME",
+            "PATH",
+        ];
+        assert_eq!(
+            misspelt_settings(present.map(String::from), &settings),
+            [
+                ("STACK_TLL", "STACK_TTL"),
+                ("stack_namespace", "STACK_NAMESPACE"),
+                ("STACK_REQUIRE_ISOLATON", "STACK_REQUIRE_ISOLATION"),
+                ("STACK_NODEPORTMIN", "STACK_NODEPORT_MIN"),
+            ]
+            .map(|(a, b)| (a.to_owned(), b.to_owned()))
+        );
+    }
+
+    #[test]
+    fn every_setting_counts_as_one_whatever_the_others_say() {
+        // Keys are not used with the key check off, but still settings, not typos.
+        let (_, settings) = Config::read(|name| (name == "API_KEY_ENABLED").then(|| "false".to_owned()));
+        for name in [
+            "API_KEYS",
+            "API_KEY",
+            "STACK_REQUIRE_INGRESS_NETWORK_POLICY",
+            "STACK_MAX_ENV",
+            "STACK_PREPULL_KEEP",
+            "EKS_CLUSTER_NAME",
+        ] {
+            assert!(settings.contains(name), "{name}");
+        }
     }
 
     #[test]
