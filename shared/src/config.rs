@@ -226,6 +226,12 @@ impl Config {
         Self::read(lookup).0
     }
 
+    /// The name of every setting, for other crates' tests (e.g. that a deployment sets no other).
+    #[cfg(any(test, feature = "test-fixtures"))]
+    pub fn setting_names() -> BTreeSet<String> {
+        Self::read(|_| None).1
+    }
+
     /// The configuration, and the name of every setting (each one read, set or not).
     fn read(lookup: impl Fn(&str) -> Option<String>) -> (Result<Self, ConfigError>, BTreeSet<String>) {
         let mut env = Reader {

@@ -347,5 +347,15 @@ Resources:
         );
         assert_eq!(api.binary.as_deref(), Some("stack-api"));
         assert_eq!(reconciler.binary.as_deref(), Some("stack-reconciler"));
+        // A variable no function reads would leave its setting at the default, silently.
+        let settings = stack_core::Config::setting_names();
+        for (function, environment) in [("api", &api.environment), ("reconciler", &reconciler.environment)] {
+            for name in environment.keys() {
+                assert!(
+                    settings.contains(name) || name == "AWS_LAMBDA_HTTP_IGNORE_STAGE_IN_PATH",
+                    "the template gives the {function} {name}, which it does not read"
+                );
+            }
+        }
     }
 }
