@@ -98,6 +98,22 @@ impl FunctionDefinition {
                 }
             }
         }
+        // Lambda's advanced logging controls reach the function as variables of its own.
+        let logging = property("LoggingConfig");
+        for (setting, variable) in [
+            ("LogFormat", "AWS_LAMBDA_LOG_FORMAT"),
+            ("ApplicationLogLevel", "AWS_LAMBDA_LOG_LEVEL"),
+        ] {
+            let Some(value) = logging.and_then(|l| l.get(setting)) else {
+                continue;
+            };
+            match resolver.resolve(value) {
+                Ok(value) => {
+                    environment.insert(variable.to_owned(), value);
+                }
+                Err(why) => unresolved.push(format!("LoggingConfig.{setting}: {why}")),
+            }
+        }
         let mut number = |name: &str, default: u64| -> u64 {
             let Some(value) = property(name) else { return default };
             match resolver.resolve(value).map(|v| v.parse::<u64>()) {
@@ -349,13 +365,20 @@ Resources:
         assert_eq!(reconciler.binary.as_deref(), Some("stack-reconciler"));
         // A variable no function reads would leave its setting at the default, silently.
         let settings = stack_core::Config::setting_names();
+        let lambdas = [
+            "AWS_LAMBDA_HTTP_IGNORE_STAGE_IN_PATH",
+            "AWS_LAMBDA_LOG_FORMAT",
+            "AWS_LAMBDA_LOG_LEVEL",
+        ];
         for (function, environment) in [("api", &api.environment), ("reconciler", &reconciler.environment)] {
             for name in environment.keys() {
                 assert!(
-                    settings.contains(name) || name == "AWS_LAMBDA_HTTP_IGNORE_STAGE_IN_PATH",
+                    settings.contains(name) || lambdas.contains(&name.as_str()),
                     "the template gives the {function} {name}, which it does not read"
                 );
             }
+            assert_eq!(environment["AWS_LAMBDA_LOG_FORMAT"], "JSON", "{function}");
+            assert_eq!(environment["AWS_LAMBDA_LOG_LEVEL"], "INFO", "{function}");
         }
     }
 }

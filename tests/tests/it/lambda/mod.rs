@@ -5,6 +5,7 @@
 
 mod deadline;
 mod init_failure;
+mod logging;
 mod reconciler;
 mod routes;
 mod samples;
