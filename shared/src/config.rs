@@ -474,9 +474,11 @@ fn misspelt_settings(present: impl IntoIterator<Item = String>, settings: &BTree
         .filter(|name| !settings.contains(name))
         .filter_map(|name| {
             let upper = name.to_ascii_uppercase();
+            // Only names of about the same length can be that close (and it keeps start-up fast).
             let (edits, setting) = settings
                 .iter()
-                .map(|setting| (strsim::damerau_levenshtein(&upper, setting), setting))
+                .filter(|setting| setting.len().abs_diff(upper.len()) <= MAX_EDITS)
+                .map(|setting| (strsim::osa_distance(&upper, setting), setting))
                 .min()?;
             (edits <= MAX_EDITS).then(|| (name, setting.clone()))
         })
