@@ -474,10 +474,12 @@ fn misspelt_settings(present: impl IntoIterator<Item = String>, settings: &BTree
         .filter(|name| !settings.contains(name))
         .filter_map(|name| {
             let upper = name.to_ascii_uppercase();
-            // Only names of about the same length can be that close (and it keeps start-up fast).
+            // Only names of about the same length can be that close; a slip is rarely in the
+            // first letter. Both keep start-up fast among Lambda's own variables.
             let (edits, setting) = settings
                 .iter()
                 .filter(|setting| setting.len().abs_diff(upper.len()) <= MAX_EDITS)
+                .filter(|setting| setting.as_bytes().first() == upper.as_bytes().first())
                 .map(|setting| (strsim::osa_distance(&upper, setting), setting))
                 .min()?;
             (edits <= MAX_EDITS).then(|| (name, setting.clone()))
