@@ -81,21 +81,14 @@ impl FunctionDefinition {
                 .or_else(|| globals.and_then(|g| g.get(name)))
         };
 
-        let mut environment = BTreeMap::new();
-        let mut unresolved = Vec::new();
+        let mut variables: Vec<(&str, &Value)> = Vec::new();
         for scope in [globals, own] {
-            let variables = scope
+            let scope_variables = scope
                 .and_then(|s| s.get("Environment"))
                 .and_then(|e| e.get("Variables"))
                 .and_then(Value::as_mapping);
-            for (name, value) in variables.into_iter().flatten() {
-                let name = name.as_str().ok_or("a variable name that is not a string")?;
-                match resolver.resolve(value) {
-                    Ok(value) => {
-                        environment.insert(name.to_owned(), value);
-                    }
-                    Err(why) => unresolved.push(format!("{name}: {why}")),
-                }
+            for (name, value) in scope_variables.into_iter().flatten() {
+                variables.push((name.as_str().ok_or("a variable name that is not a string")?, value));
             }
         }
         // Lambda's advanced logging controls reach the function as variables of its own.
@@ -104,14 +97,18 @@ impl FunctionDefinition {
             ("LogFormat", "AWS_LAMBDA_LOG_FORMAT"),
             ("ApplicationLogLevel", "AWS_LAMBDA_LOG_LEVEL"),
         ] {
-            let Some(value) = logging.and_then(|l| l.get(setting)) else {
-                continue;
-            };
+            if let Some(value) = logging.and_then(|l| l.get(setting)) {
+                variables.push((variable, value));
+            }
+        }
+        let mut environment = BTreeMap::new();
+        let mut unresolved = Vec::new();
+        for (name, value) in variables {
             match resolver.resolve(value) {
                 Ok(value) => {
-                    environment.insert(variable.to_owned(), value);
+                    environment.insert(name.to_owned(), value);
                 }
-                Err(why) => unresolved.push(format!("LoggingConfig.{setting}: {why}")),
+                Err(why) => unresolved.push(format!("{name}: {why}")),
             }
         }
         let mut number = |name: &str, default: u64| -> u64 {
