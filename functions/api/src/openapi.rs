@@ -115,15 +115,15 @@ pub struct JobAccepted {
 pub struct BatchDeleteRequest {
     /// Trimmed; duplicates dropped; a blank one is refused; at most 10,000
     /// (`stacks::MAX_BATCH_IDS`).
-    #[schema(min_items = 1, max_items = 10000, value_type = Vec<StackIdText>)]
+    #[schema(min_items = 1, max_items = 10000, value_type = Vec<NonBlank>)]
     pub stack_ids: Vec<String>,
 }
 
-/// A stack id as a client sends it: anything but blank (an id that names no stack counts as
-/// not found).
+/// Anything but blank: a stack id as a client sends it (one that names no stack counts as not
+/// found), an image to pre-pull.
 #[derive(Serialize, ToSchema)]
 #[schema(pattern = "\\S")]
-pub struct StackIdText(String);
+pub struct NonBlank(String);
 
 #[derive(Serialize, ToSchema)]
 pub struct Health {
@@ -143,9 +143,18 @@ pub struct TargetPortItem {
 #[derive(Serialize, ToSchema)]
 #[serde(untagged)]
 pub enum TargetPorts {
-    V1(Vec<TargetPortItem>),
-    V0(u16),
+    V1(TargetPortList),
+    V0(PortNumber),
 }
+
+/// 1 to 24 ports (`validate::MAX_TARGET_PORTS`).
+#[derive(Serialize, ToSchema)]
+#[schema(min_items = 1, max_items = 24)]
+pub struct TargetPortList(Vec<TargetPortItem>);
+
+#[derive(Serialize, ToSchema)]
+#[schema(minimum = 1, maximum = 65535)]
+pub struct PortNumber(u16);
 
 /// A manifest that passes the validator: the example lets a contract fuzzer create real stacks.
 const EXAMPLE_POD: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  labels:\n    challenge: web\nspec:\n  containers:\n    - name: web\n      image: nginx:1.27\n      ports:\n        - containerPort: 80\n      resources:\n        limits:\n          cpu: 100m\n          memory: 64Mi\n";
@@ -178,7 +187,7 @@ pub struct PreflightRequest {
 #[schema(example = json!({"images": ["registry.example.com/ctf/web:1", "registry.example.com/ctf/pwn:3"]}))]
 pub struct PrepullRequest {
     /// At most 200 (`MAX_PREPULL_IMAGES`), each allowed as a manifest's image would be.
-    #[schema(max_items = 200)]
+    #[schema(max_items = 200, value_type = Vec<NonBlank>)]
     pub images: Vec<String>,
 }
 
@@ -308,6 +317,11 @@ mod tests {
         };
         assert_eq!(item["pattern"], "\\S", "{ids}");
         assert_eq!(ids["maxItems"], stack_core::MAX_BATCH_IDS, "{ids}");
+        let images = &doc["components"]["schemas"]["PrepullRequest"]["properties"]["images"];
+        assert_eq!(
+            images["items"], ids["items"],
+            "a blank image is refused as a blank id is"
+        );
         let mut with_body = 0;
         for (path, operations) in doc["paths"].as_object().unwrap() {
             for (method, operation) in operations.as_object().unwrap() {
@@ -322,6 +336,46 @@ mod tests {
             with_body, 4,
             "create, batch delete, preflight and the pre-pull list read a body"
         );
+    }
+
+    /// A client generating requests from the document is not refused for its ports: the
+    /// bounds it declares are where the body parser and the validator draw the line.
+    #[test]
+    fn target_port_bounds_are_those_a_create_enforces() {
+        let doc: serde_json::Value = serde_json::from_str(document()).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        let (lowest, highest) = (&schemas["PortNumber"]["minimum"], &schemas["PortNumber"]["maximum"]);
+        let parses = |port: i64| {
+            crate::wire::parse_create_body(format!(r#"{{"pod_spec":"x","target_port":{port}}}"#).as_bytes()).is_ok()
+        };
+        let (lowest, highest) = (lowest.as_i64().unwrap(), highest.as_i64().unwrap());
+        assert!(parses(lowest) && parses(highest), "{lowest}..={highest}");
+        assert!(!parses(lowest - 1) && !parses(highest + 1), "{lowest}..={highest}");
+
+        let list = &schemas["TargetPortList"];
+        let policy = stack_core::Config::from_lookup(|_| None).unwrap().validation;
+        let id: stack_core::StackId = "stack-0123456789abcdef".parse().unwrap();
+        let creates = |count: u64| {
+            let ports: Vec<_> = (1..=count as u16)
+                .map(|port| stack_core::TargetPort {
+                    container_port: port,
+                    protocol: Protocol::Tcp,
+                })
+                .collect();
+            let declared: String = ports
+                .iter()
+                .map(|p| format!("\n        - containerPort: {}", p.container_port))
+                .collect();
+            let manifest = format!(
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n    - name: web\n      image: nginx:1.27\n      resources: {{limits: {{cpu: 100m, memory: 64Mi}}}}\n      ports:{declared}\n"
+            );
+            stack_core::validate(&manifest, &ports, &id, &policy).map_err(|r| r.to_string())
+        };
+        let (fewest, most) = (list["minItems"].as_u64().unwrap(), list["maxItems"].as_u64().unwrap());
+        creates(fewest).unwrap();
+        creates(most).unwrap();
+        assert!(creates(fewest - 1).unwrap_err().starts_with("target_port"));
+        assert!(creates(most + 1).unwrap_err().starts_with("target_port"));
     }
 
     /// Failed stacks say why in two optional fields; the fields clients already read stay

@@ -23,7 +23,7 @@ const MAX_IDEMPOTENCY_KEY_LEN: usize = 256;
     path = "/stacks",
     operation_id = "createStack",
     request_body = crate::openapi::CreateStackRequest,
-    params(("Idempotency-Key" = Option<String>, Header, description = "Same key and body: same stack")),
+    params(("Idempotency-Key" = Option<String>, Header, pattern = "^[\\t -~]*[!-~][\\t -~]*$", description = "Same key and body: same stack. Visible ASCII, at most 256 characters once trimmed")),
     responses(
         (status = 201, description = "Success", body = StackView),
         (status = 400, description = "Invalid spec or body", body = crate::openapi::ErrorBody),
@@ -75,7 +75,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     operation_id = "listStacks",
     params(
         ("limit" = Option<usize>, Query, minimum = 1, maximum = 1000, description = "Stacks per page, 1 to 1000 (default 100); a page can be shorter to stay under 4 MiB"),
-        ("cursor" = Option<String>, Query, description = "The `next_cursor` of the previous page"),
+        ("cursor" = Option<String>, Query, pattern = "^[A-Za-z0-9_-]{1,256}$", description = "The `next_cursor` of the previous page"),
     ),
     responses(
         (status = 200, description = "Success", body = crate::wire::StackPage),
