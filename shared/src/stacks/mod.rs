@@ -363,7 +363,11 @@ impl RefusalReason {
             StackError::Saturated(_) => Self::Saturated,
             StackError::TenantLimit { .. } => Self::TenantLimit,
             StackError::Unavailable(_) => Self::Unavailable,
-            StackError::Store(_) | StackError::Cluster(_) => Self::Internal,
+            // As the client was told: a 503 is DynamoDB's or the apiserver's trouble, a 500 ours.
+            StackError::Store(_) | StackError::Cluster(_) => match err.class() {
+                ErrorClass::Unavailable => Self::Unavailable,
+                _ => Self::Internal,
+            },
         }
     }
 }
@@ -402,5 +406,17 @@ mod tests {
             RefusalReason::of(&StackError::Invalid("x".into())).as_str(),
             "invalid_spec"
         );
+        // DynamoDB or the apiserver throttling is a 503, not our defect.
+        let throttled = StoreError::Unavailable {
+            operation: "PutItem",
+            source: "ProvisionedThroughputExceededException".into(),
+        };
+        for transient in [StackError::from(throttled), StackError::from(ClusterError::Conflict)] {
+            assert_eq!(transient.class(), ErrorClass::Unavailable, "{transient:?}");
+            assert_eq!(RefusalReason::of(&transient).as_str(), "unavailable", "{transient:?}");
+        }
+        let malformed = StackError::from(StoreError::Malformed("status".into()));
+        assert_eq!(malformed.class(), ErrorClass::Internal);
+        assert_eq!(RefusalReason::of(&malformed).as_str(), "internal");
     }
 }
