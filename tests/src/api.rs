@@ -434,6 +434,16 @@ pub fn exposed_on<'a>(exposure: &'a str, min: &'a str, max: &'a str) -> [(&'stat
     ]
 }
 
+/// The create refusals of `reason` a `/history` answer counts, over all its minutes.
+pub fn refusals_of(history: &Value, reason: &str) -> u64 {
+    history["refusals"]
+        .as_array()
+        .expect("refusals array")
+        .iter()
+        .filter_map(|minute| minute["counts"][reason].as_u64())
+        .sum()
+}
+
 /// The ids of the stacks of `pages`, in order.
 pub fn listed_ids(pages: &[Reply]) -> Vec<String> {
     pages

@@ -8,7 +8,7 @@ use axum::body::Body;
 use http::{Method, Request};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
-use stack_tests::api::{ApiHarness, WEB_POD};
+use stack_tests::api::{ApiHarness, WEB_POD, refusals_of};
 use stack_tests::reconciler::TestReconciler;
 use tower::ServiceExt;
 
@@ -137,13 +137,7 @@ async fn history_shows_reconcile_passes_and_refused_creates() {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let history = api.call(Method::GET, "/history", None).await.json;
-        let counted: u64 = history["refusals"]
-            .as_array()
-            .expect("refusals")
-            .iter()
-            .filter_map(|m| m["counts"]["invalid_spec"].as_u64())
-            .sum();
-        if counted == 1 {
+        if refusals_of(&history, "invalid_spec") == 1 {
             break;
         }
         assert!(Instant::now() < deadline, "refusal not counted: {history}");

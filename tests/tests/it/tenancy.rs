@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use http::Method;
 use serde_json::{Value, json};
 use stack_core::TenantId;
-use stack_tests::api::{API_KEY, ApiHarness, Reply, WEB_POD};
+use stack_tests::api::{API_KEY, ApiHarness, Reply, WEB_POD, refusals_of};
 use stack_tests::reconciler::TestReconciler;
 use stack_tests::tenants::{
     self, ALL_OPERATOR, ALL_VIEWER, CTF_OPERATOR, CTF_PLATFORM, CTF_PLATFORM_NEXT, KEYS, TestKey, UNI_PLATFORM,
@@ -296,11 +296,7 @@ async fn a_tenants_limit_holds_under_a_burst_and_other_tenants_are_unaffected() 
         let api = &api;
         async move {
             let history = api.call_as(key.key, Method::GET, "/history", None).await;
-            let minutes = history.json["refusals"].as_array().cloned().unwrap_or_default();
-            minutes
-                .iter()
-                .filter_map(|m| m["counts"]["tenant_limit"].as_u64())
-                .sum::<u64>()
+            refusals_of(&history.json, "tenant_limit")
         }
     };
     let mut seen = 0;
