@@ -17,9 +17,9 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-use super::EnvError;
 use super::nodes::{ROLE_LABEL, probe_pod, run_probe_pod, wait_node_ready};
 use super::wait::wait_for;
+use super::{EnvError, EnvSettings};
 
 /// The role of the real nodes, the provisioner's default `STACK_NODE_ROLE`.
 pub const STACK_ROLE: &str = "stack";
@@ -104,6 +104,23 @@ impl NodesGuard {
 /// `nc`, as an operator's `STACK_ISOLATION_CHECK_IMAGE` would.
 pub fn isolation_check_image(registry: &str) -> String {
     image(registry, "tcp")
+}
+
+/// The last `count` policy syncs of node `index`'s NetworkPolicy enforcer, from its log (when
+/// it last programmed its rules and how long that took), for a failure message; empty if the
+/// log cannot be read.
+pub fn enforcer_syncs(settings: &EnvSettings, index: usize, count: usize) -> Vec<String> {
+    let Some(dir) = &settings.state_dir else {
+        return Vec::new();
+    };
+    let log = dir.join("logs").join(format!("{}-kube-router.log", node_name(index)));
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let syncs: Vec<String> = text
+        .lines()
+        .filter(|line| line.contains("Starting sync of iptables") || line.contains("sync iptables took"))
+        .map(str::to_owned)
+        .collect();
+    syncs[syncs.len().saturating_sub(count)..].to_vec()
 }
 
 /// Initializes the real nodes 1..=`count` as a cloud controller would, waits until each is

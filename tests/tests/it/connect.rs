@@ -10,10 +10,12 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use http::Method;
+use kube::ResourceExt;
+use kube::api::ListParams;
 use serde_json::{Value, json};
 use stack_tests::api::{ApiHarness, Reply, WEB_POD, exposed_on};
 use stack_tests::challenges::Challenge;
-use stack_tests::env::real_nodes::GVISOR_RUNTIME_CLASS;
+use stack_tests::env::real_nodes::{GVISOR_RUNTIME_CLASS, enforcer_syncs, node_name};
 use stack_tests::participant::{
     CAP_NET_RAW, address_of, has_capability, http_get, read_all, status_field, time_until_refused,
 };
@@ -74,10 +76,57 @@ async fn create_running(api: &ApiHarness, challenge: &Challenge, target_port: Va
 }
 
 /// The participant's first connection after `running`, read to the end.
-async fn banner(address: SocketAddr) -> String {
-    read_all(address)
-        .await
-        .unwrap_or_else(|e| panic!("{address} refused a participant after `running`: {e}"))
+async fn banner(api: &ApiHarness, address: SocketAddr) -> String {
+    match read_all(address).await {
+        Ok(said) => said,
+        Err(e) => panic!(
+            "{address} refused a participant after `running`: {e}\n{}",
+            refusal_evidence(api, address).await
+        ),
+    }
+}
+
+/// What a refusal after `running` needs to be explained: the harness's pods and their
+/// addresses, whether and when the port answered after all, and what each node's
+/// NetworkPolicy enforcer did around then (a rare CI failure timed out with no more to go on).
+async fn refusal_evidence(api: &ApiHarness, address: SocketAddr) -> String {
+    let refused_at = jiff::Timestamp::now();
+    let pods = match api.pods_api().list(&ListParams::default()).await {
+        Ok(list) => list
+            .items
+            .iter()
+            .map(|pod| {
+                let status = pod.status.clone().unwrap_or_default();
+                let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+                format!(
+                    "{} on {node:?} at {:?} ({:?})",
+                    pod.name_any(),
+                    status.pod_ip,
+                    status.phase
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+        Err(e) => format!("pods unreadable: {e}"),
+    };
+    let started = Instant::now();
+    let answered = loop {
+        if read_all(address).await.is_ok() {
+            break format!("answered {:?} later", started.elapsed());
+        }
+        if started.elapsed() > GONE_BOUND {
+            break format!("still refused {GONE_BOUND:?} later");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let settings = &api.env.settings;
+    let syncs: Vec<String> = (1..=settings.real_nodes)
+        .map(|i| format!("{}:\n{}", node_name(i), enforcer_syncs(settings, i, 6).join("\n")))
+        .collect();
+    format!(
+        "refused at {refused_at}, {answered}; pods: {pods}\nthe enforcers' last syncs:\n{}",
+        syncs.join("\n")
+    )
 }
 
 /// Deletes stack `id` and asserts that its `address` stops answering within [`GONE_BOUND`].
@@ -94,7 +143,7 @@ async fn deleted_until_refused(api: &ApiHarness, id: &str, address: SocketAddr, 
 /// deleted before the caller looks at it.
 async fn said_by_a_stack(api: &ApiHarness, challenge: &Challenge, target_port: Value) -> String {
     let (id, address) = create_running(api, challenge, target_port).await;
-    let said = banner(address).await;
+    let said = banner(api, address).await;
     api.delete_stack(&id).await;
     said
 }
@@ -118,7 +167,7 @@ async fn a_participant_reads_the_challenge_in_both_exposure_modes_and_both_clien
             "a real node's address: {address}"
         );
 
-        let said = banner(address).await;
+        let said = banner(&api, address).await;
         let first = said.lines().next().unwrap_or_default();
         assert_eq!(
             first,
@@ -193,7 +242,7 @@ async fn without_cpu_limits_a_stack_runs_without_a_cpu_quota() {
     let api = on_real_nodes("hostport", (32712, 32713), &[("STACK_CPU_LIMITS", "false")]).await;
     let challenge = Challenge::local(api.registry(), "tcp").with_cpu("75m");
     let (id, address) = create_running(&api, &challenge, json!(8080)).await;
-    let said = banner(address).await;
+    let said = banner(&api, address).await;
     assert_eq!(status_field(&said, "cpu_quota"), Some("none"), "{said}");
     assert_eq!(status_field(&said, "Seccomp"), Some("2"), "the hardening holds: {said}");
     let stack = api.call(Method::GET, &format!("/stacks/{id}"), None).await;
@@ -431,7 +480,7 @@ async fn a_stack_that_cannot_start_ends_failed_with_its_reason_and_frees_its_por
         let next = Challenge::local(&registry, "tcp");
         let (next_id, address) = create_running(&api, &next, json!(8080)).await;
         assert_eq!(address.port(), port, "{}", case.what);
-        assert!(banner(address).await.contains(&next.flag), "{}", case.what);
+        assert!(banner(&api, address).await.contains(&next.flag), "{}", case.what);
         api.delete_stack(&next_id).await;
         api.delete_stack(&id).await;
         api.finish().await;
@@ -448,7 +497,7 @@ async fn under_gvisor_a_participant_reads_the_challenge_on_a_kernel_that_is_not_
         let api = on_real_nodes_under(Some(GVISOR_RUNTIME_CLASS), exposure, ports).await;
         let challenge = Challenge::local(api.registry(), "tcp");
         let (id, address) = create_running(&api, &challenge, json!(8080)).await;
-        let said = banner(address).await;
+        let said = banner(&api, address).await;
         assert!(
             said.contains(&format!("flag: {}", challenge.flag)),
             "{exposure}: {said}"
@@ -525,7 +574,7 @@ async fn a_fork_bomb_in_one_stack_leaves_its_neighbour_answering_and_the_node_re
     let bomb_id = created.stack_id();
     tokio::time::sleep(Duration::from_secs(10)).await;
 
-    let said = banner(address).await;
+    let said = banner(&api, address).await;
     assert!(
         said.contains(&neighbour.flag),
         "the neighbour stopped answering: {said}"
