@@ -404,26 +404,45 @@ mod tests {
             ("Stack", &["stack_id", "status", "ports", "ttl_expires_at"][..]),
             ("StatusSummary", &["stack_id", "status", "ttl", "ports"][..]),
         ] {
-            let object = &schemas[schema];
-            let required: Vec<&str> = object["required"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter_map(|v| v.as_str())
-                .collect();
+            let (properties, required) = merged_object(schemas, &schemas[schema]);
             for field in existing {
                 assert!(required.contains(field), "{schema}.{field} no longer required");
             }
             for field in ["reason", "message"] {
-                assert!(object["properties"][field].is_object(), "{schema}.{field} missing");
+                assert!(properties[field].is_object(), "{schema}.{field} missing");
                 assert!(!required.contains(&field), "{schema}.{field} required");
             }
             assert_eq!(
-                object["properties"]["reason"]["$ref"], "#/components/schemas/FailureReason",
+                properties["reason"]["$ref"], "#/components/schemas/FailureReason",
                 "{schema}: {}",
-                object["properties"]["reason"]
+                properties["reason"]
             );
-            assert_eq!(object["properties"]["message"]["type"], "string", "{schema}");
+            assert_eq!(properties["message"]["type"], "string", "{schema}");
         }
+    }
+
+    /// The properties and required names of an object schema, its `allOf` parts (inline or
+    /// referenced) merged as a validator reads them.
+    fn merged_object<'a>(
+        schemas: &'a serde_json::Value,
+        object: &'a serde_json::Value,
+    ) -> (serde_json::Map<String, serde_json::Value>, Vec<&'a str>) {
+        let object = match object["$ref"].as_str() {
+            Some(reference) => &schemas[reference.trim_start_matches("#/components/schemas/")],
+            None => object,
+        };
+        let mut properties = object["properties"].as_object().cloned().unwrap_or_default();
+        let mut required: Vec<&str> = object["required"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str())
+            .collect();
+        for part in object["allOf"].as_array().into_iter().flatten() {
+            let (more, also) = merged_object(schemas, part);
+            properties.extend(more);
+            required.extend(also);
+        }
+        (properties, required)
     }
 }

@@ -36,14 +36,8 @@ pub struct StackView<'a> {
     pub ports: &'a [PortMapping],
     pub service_name: &'a str,
     pub status: StackStatus,
-    /// Why the stack failed; present only when `status` is `failed` (and said why).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    pub reason: Option<FailureReason>,
-    /// The failure for humans (mostly the kubelet's words); present with `reason`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    pub message: Option<&'a str>,
+    #[serde(flatten)]
+    pub failure: FailureView<'a>,
     pub ttl_expires_at: Timestamp,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
@@ -70,8 +64,7 @@ impl<'a> From<&'a StackRecord> for StackView<'a> {
             ports: &r.ports,
             service_name: &r.service_name,
             status: r.status,
-            reason: failure_reason(r),
-            message: failure_message(r),
+            failure: FailureView::of(r),
             ttl_expires_at: r.ttl_expires_at,
             created_at: r.created_at,
             updated_at: r.updated_at,
@@ -107,21 +100,10 @@ pub fn manifest_labels(pod_spec: &str) -> BTreeMap<String, String> {
     labels
 }
 
-/// A failed stack's reason; nothing for any other status.
-fn failure_reason(r: &StackRecord) -> Option<FailureReason> {
-    r.reason.filter(|_| r.status == StackStatus::Failed)
-}
-
-fn failure_message(r: &StackRecord) -> Option<&str> {
-    failure_reason(r).and(r.message.as_deref())
-}
-
-/// The contract's StatusSummary object.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-#[schema(as = StatusSummary)]
-pub struct StatusView<'a> {
-    pub stack_id: &'a str,
-    pub status: StackStatus,
+/// Why a stack failed, in the Stack and StatusSummary objects: nothing unless it failed.
+#[derive(Debug, Default, Serialize, utoipa::ToSchema)]
+#[schema(as = StackFailure)]
+pub struct FailureView<'a> {
     /// Why the stack failed; present only when `status` is `failed` (and said why).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
@@ -130,6 +112,28 @@ pub struct StatusView<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub message: Option<&'a str>,
+}
+
+impl<'a> FailureView<'a> {
+    fn of(r: &'a StackRecord) -> Self {
+        if r.status != StackStatus::Failed || r.reason.is_none() {
+            return Self::default();
+        }
+        Self {
+            reason: r.reason,
+            message: r.message.as_deref(),
+        }
+    }
+}
+
+/// The contract's StatusSummary object.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = StatusSummary)]
+pub struct StatusView<'a> {
+    pub stack_id: &'a str,
+    pub status: StackStatus,
+    #[serde(flatten)]
+    pub failure: FailureView<'a>,
     pub ttl: Timestamp,
     pub ports: &'a [PortMapping],
     pub node_public_ip: Option<&'a str>,
@@ -142,8 +146,7 @@ impl<'a> From<&'a StackRecord> for StatusView<'a> {
         Self {
             stack_id: r.stack_id.as_str(),
             status: r.status,
-            reason: failure_reason(r),
-            message: failure_message(r),
+            failure: FailureView::of(r),
             ttl: r.ttl_expires_at,
             ports: &r.ports,
             node_public_ip: r.node_public_ip.as_deref(),
