@@ -40,6 +40,13 @@ spec:
           memory: 64Mi
 "#;
 
+/// The ports a harness hands out unless a test names its own: the provisioner's default range
+/// without its top, 32700-32767, which the real nodes' tests take port by port (`connect.rs`,
+/// `isolation.rs`). kube-proxy on the real nodes forwards every NodePort Service of the
+/// cluster, so a simulated stack's Service on a port a participant connects to would take
+/// the connection.
+pub const SIMULATED_NODE_PORTS: (u16, u16) = (31001, 32699);
+
 pub struct ApiHarness {
     pub env: TestEnv,
     pub router: axum::Router,
@@ -187,6 +194,8 @@ impl ApiHarness {
             // Each harness its own pre-pull, which keeps nothing unless its test declares it.
             ("STACK_PREPULL_NAMESPACE".into(), prepull_namespace(&namespace)),
             ("STACK_PREPULL_IN_USE".into(), "false".into()),
+            ("STACK_NODEPORT_MIN".into(), SIMULATED_NODE_PORTS.0.to_string()),
+            ("STACK_NODEPORT_MAX".into(), SIMULATED_NODE_PORTS.1.to_string()),
         ]);
         for (k, v) in overrides {
             vars.insert((*k).into(), (*v).into());

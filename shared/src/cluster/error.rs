@@ -86,6 +86,11 @@ impl ClusterError {
         }
     }
 
+    /// RBAC refused the call: the functions' rights (`functions/kubernetes-rbac.yaml`) lack it.
+    pub(crate) fn is_rbac_denial(&self) -> bool {
+        matches!(self, ClusterError::Api { source: kube::Error::Api(status), .. } if status.code == 403)
+    }
+
     /// A dependency problem that may pass: the client is told to retry (503).
     pub(crate) fn is_transient(&self) -> bool {
         matches!(self, ClusterError::Unavailable { .. } | ClusterError::Conflict)

@@ -117,6 +117,8 @@ pub struct Cluster {
     namespace: String,
     pods: Api<Pod>,
     services: Api<Service>,
+    /// Every namespace's services: their node ports are closed to stacks.
+    all_services: Api<Service>,
     nodes: Api<Node>,
     guard: namespace::NamespaceGuard,
     port_policy: PortPolicy,
@@ -134,6 +136,7 @@ impl Cluster {
         Self {
             pods: Api::namespaced(client.clone(), namespace),
             services: Api::namespaced(client.clone(), namespace),
+            all_services: Api::all(client.clone()),
             nodes: Api::all(client.clone()),
             guard: namespace::NamespaceGuard::new(client.clone(), namespace, policy, port_policy.exposure),
             ports: PortPicker::new(port_policy.range.0, port_policy.range.1),
@@ -293,8 +296,10 @@ impl Cluster {
         self.refresh_port_use().await
     }
 
-    /// What the range's ports hold: services' node ports (taken on every node, whatever the
-    /// mode: a host port there would clash with kube-proxy's rule), host ports of our pods
+    /// What the range's ports hold: the node ports of every Service of the cluster, ours or
+    /// not (taken on every node, whatever the mode: kube-proxy forwards a node port ahead of
+    /// a pod's host port, so a stack given one would send its participants elsewhere), host
+    /// ports of our pods
     /// (one node each, read from their annotation in a metadata-only list, in protobuf: see
     /// [`pod_metadata`]) and, in hostport mode, how many nodes offer the range.
     async fn refresh_port_use(&self) -> Result<(), ClusterError> {
@@ -314,7 +319,20 @@ impl Cluster {
             }
         };
         let managed = managed_selector();
-        let services = list_all(&self.services, &managed, |s| objects::node_ports_of(&s));
+        let services = async {
+            let every_service = ListParams::default();
+            match list_all(&self.all_services, &every_service, |s| objects::node_ports_of(&s)).await {
+                // Functions deployed before this right was granted keep creating stacks.
+                Err(err) if err.is_rbac_denial() => {
+                    tracing::warn!(
+                        "the cluster's services cannot be listed: only the stacks' own node ports are kept \
+                         from host ports (apply functions/kubernetes-rbac.yaml again)"
+                    );
+                    list_all(&self.services, &managed, |s| objects::node_ports_of(&s)).await
+                }
+                listed => listed,
+            }
+        };
         let pods = paginate(
             &managed,
             |page: ListParams| async move { pod_metadata::list_page(&self.client, &self.namespace, &page).await },

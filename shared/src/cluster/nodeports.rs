@@ -35,7 +35,7 @@ struct View {
 /// What the cluster holds of the range.
 #[derive(Debug, Default)]
 pub(crate) struct PortUse {
-    /// Ports held on every node (NodePort services).
+    /// Ports held on every node (the node ports of any Service).
     pub(crate) everywhere: Vec<u16>,
     /// Ports held on one node each (host ports of pods), once per pod holding it.
     pub(crate) on_one_node: Vec<u16>,

@@ -2,9 +2,10 @@
 //! kube-proxy): a platform creates a stack, polls its status, and the participant connects to
 //! `node_public_ip:node_port` and reads the challenge.
 //!
-//! Each test takes ports of its own at the top of the range (the admission policy admits host
-//! ports in 31001-32767): the simulated nodes' tests create NodePort services from the bottom
-//! of it, and kube-proxy on the real nodes serves every Service of the cluster.
+//! Each test takes ports of its own in 32700-32767, the top of the range the admission policy
+//! admits host ports in (31001-32767): kube-proxy on the real nodes forwards every NodePort
+//! Service of the cluster, and the simulated nodes' stacks take theirs below
+//! ([`stack_tests::api::SIMULATED_NODE_PORTS`]).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

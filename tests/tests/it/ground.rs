@@ -130,8 +130,9 @@ fn pod(name: &str, node_selector: (&str, &str), cpu: &str) -> Pod {
     .expect("valid pod")
 }
 
-/// `node_port: None` lets the apiserver pick one.
-fn node_port_service(name: &str, node_port: Option<i32>) -> Service {
+/// A NodePort service on `node_port`, always given: one the apiserver picks could be a port the
+/// real nodes' tests connect to (`connect.rs`), which kube-proxy would then send here.
+fn node_port_service(name: &str, node_port: i32) -> Service {
     serde_json::from_value(json!({
         "metadata": { "name": name },
         "spec": {
@@ -219,7 +220,7 @@ async fn a_node_port_is_allocated_only_once() {
     for _ in 0..10 {
         let candidate = rand::random_range(TEST_NODE_PORTS);
         match services
-            .create(&PostParams::default(), &node_port_service("first", Some(candidate)))
+            .create(&PostParams::default(), &node_port_service("first", candidate))
             .await
         {
             Ok(created) => {
@@ -238,7 +239,7 @@ async fn a_node_port_is_allocated_only_once() {
     let port = port.expect("a free node port within 10 attempts");
 
     let refused = services
-        .create(&PostParams::default(), &node_port_service("second", Some(port)))
+        .create(&PostParams::default(), &node_port_service("second", port))
         .await;
     assert_refused(
         refused,
@@ -377,7 +378,12 @@ async fn deleting_a_pod_garbage_collects_the_service_it_owns() {
     let owner = run_pod(&namespace, &pod("owner", (ROLE_LABEL, SIMULATED_ROLE), "100m")).await;
     let owner_uid = owner.metadata.uid.clone().expect("pod uid");
 
-    let mut service = node_port_service("owner", None);
+    // A ClusterIP service: ownership is what is tested, and no node port is taken.
+    let mut service: Service = serde_json::from_value(json!({
+        "metadata": { "name": "owner" },
+        "spec": { "selector": { "app": "owner" }, "ports": [{ "port": 80, "targetPort": 8080 }] }
+    }))
+    .expect("valid service");
     service.metadata.owner_references = Some(vec![
         serde_json::from_value(json!({ "apiVersion": "v1", "kind": "Pod", "name": "owner", "uid": owner_uid }))
             .expect("valid owner reference"),

@@ -8,7 +8,7 @@ use axum::body::Body;
 use http::{Method, Request};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
-use stack_tests::api::{ApiHarness, WEB_POD, refusals_of};
+use stack_tests::api::{ApiHarness, SIMULATED_NODE_PORTS, WEB_POD, refusals_of};
 use stack_tests::reconciler::TestReconciler;
 use tower::ServiceExt;
 
@@ -82,12 +82,13 @@ async fn stats_show_headroom_of_ports_and_stack_nodes() {
     assert_eq!(placed.len(), 1, "{stats}");
     let node = placed.keys().next().expect("the stack's node").clone();
     let capacity = &stats["capacity"];
-    // Defaults: 31001..=32767.
-    assert_eq!(capacity["node_ports"]["total"], json!(1767));
+    let (min, max) = SIMULATED_NODE_PORTS;
+    let total = u64::from(max - min + 1);
+    assert_eq!(capacity["node_ports"]["total"], json!(total));
     assert_eq!(capacity["node_ports"]["used"], stats["used_node_ports"]);
     assert_eq!(
         capacity["node_ports"]["free"],
-        json!(1767 - stats["used_node_ports"].as_u64().unwrap())
+        json!(total - stats["used_node_ports"].as_u64().unwrap())
     );
     let on_node = &capacity["nodes"][&node];
     assert_eq!(on_node["stacks"], json!(1), "{capacity}");

@@ -7,9 +7,9 @@ use std::pin::pin;
 
 use futures::TryStreamExt;
 use http::Method;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use kube::Api;
-use kube::api::{ListParams, Patch, PatchParams, WatchEvent, WatchParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use serde_json::{Value, json};
 use stack_tests::api::{ApiHarness, WEB_POD};
 use stack_tests::env::{SimulatedNode, TestEnv, nodes, unique_name};
@@ -322,5 +322,58 @@ async fn switching_to_hostport_keeps_nodeport_stacks_alive_and_their_ports_taken
 
     after.table.delete().await.ok();
     before.finish().await;
+    nodes.remove().await;
+}
+
+/// kube-proxy forwards a Service's node port on every node, ahead of a pod's host port: a
+/// stack given a port that any Service of the cluster holds would hand its participants to
+/// that Service. Ports 32730-32731: no other test takes them (`connect.rs`).
+#[tokio::test]
+async fn a_node_port_any_service_of_the_cluster_holds_is_never_a_stacks_host_port() {
+    let nodes = StackNodes::add().await;
+    let elsewhere = nodes.env.fresh_namespace("hp-other").await.expect("namespace");
+    let service: Service = serde_json::from_value(json!({
+        "metadata": { "name": "someone-elses" },
+        "spec": {
+            "type": "NodePort",
+            "selector": { "app": "someone-elses" },
+            "ports": [{ "port": 80, "nodePort": 32730, "protocol": "TCP" }]
+        }
+    }))
+    .expect("valid service");
+    let services: Api<Service> = elsewhere.api();
+    services
+        .create(&PostParams::default(), &service)
+        .await
+        .expect("another namespace's NodePort service");
+    let settings = [
+        ("STACK_EXPOSURE", "hostport"),
+        ("STACK_NODE_ROLE", nodes.role.as_str()),
+        ("STACK_NODEPORT_MIN", "32730"),
+        ("STACK_NODEPORT_MAX", "32731"),
+    ];
+    let api = ApiHarness::with_env(&settings).await;
+
+    // Two nodes, one open port: two stacks, both on it, then no room.
+    for _ in 0..2 {
+        let created = api.create(WEB_POD, json!(80)).await;
+        assert_eq!(created.status, 201, "{}", created.json);
+        assert_eq!(created.json["node_port"], 32731, "{}", created.json);
+    }
+    let refused = api.create(WEB_POD, json!(80)).await;
+    assert_eq!(refused.status, 503, "{}", refused.json);
+
+    // The Service gone, its port is a stack's again (a fresh sandbox reads the ports anew).
+    services
+        .delete("someone-elses", &DeleteParams::default())
+        .await
+        .expect("delete the service");
+    let next = sandbox_of(&api, &settings).await;
+    let created = next.create(WEB_POD, json!(80)).await;
+    assert_eq!(created.status, 201, "{}", created.json);
+    assert_eq!(created.json["node_port"], 32730, "{}", created.json);
+
+    elsewhere.delete().await.expect("delete namespace");
+    api.finish().await;
     nodes.remove().await;
 }

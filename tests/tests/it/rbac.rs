@@ -274,6 +274,8 @@ async fn verbs_the_functions_never_use_are_refused() {
         (core, "pods/exec", false, &[], &["create"]),
         (core, "pods/ephemeralcontainers", false, &[], &["create"]),
         (core, "services", false, &["create", "get", "list", "delete"], &["patch", "watch"]),
+        // List: every Service's node ports, closed to stacks.
+        (core, "services", true, &["list"], &["get", "create", "delete", "watch"]),
         ("networking.k8s.io", "networkpolicies", false, &["list", "create", "patch"], &["get", "delete"]),
         (core, "resourcequotas", false, &[], &["get"]),
         (core, "limitranges", false, &[], &["list"]),
