@@ -299,9 +299,8 @@ impl Cluster {
     /// What the range's ports hold: the node ports of every Service of the cluster, ours or
     /// not (taken on every node, whatever the mode: kube-proxy forwards a node port ahead of
     /// a pod's host port, so a stack given one would send its participants elsewhere), host
-    /// ports of our pods
-    /// (one node each, read from their annotation in a metadata-only list, in protobuf: see
-    /// [`pod_metadata`]) and, in hostport mode, how many nodes offer the range.
+    /// ports of our pods (one node each, read from their annotation in a metadata-only list,
+    /// in protobuf: see [`pod_metadata`]) and, in hostport mode, how many nodes offer the range.
     async fn refresh_port_use(&self) -> Result<(), ClusterError> {
         let nodes = async {
             match self.port_policy.exposure {
