@@ -72,9 +72,19 @@ pub async fn http_get(address: SocketAddr, path: &str) -> std::io::Result<(u16, 
 /// How long until a connection to `address` fails (the stack is gone), polling every 100 ms;
 /// `None` if it still answers after `within`.
 pub async fn time_until_refused(address: SocketAddr, within: Duration) -> Option<Duration> {
+    time_until_answering(address, within, false).await
+}
+
+/// How long until `address` answers after all, polling every 100 ms; `None` if it is still
+/// refused after `within`.
+pub async fn time_until_answered(address: SocketAddr, within: Duration) -> Option<Duration> {
+    time_until_answering(address, within, true).await
+}
+
+async fn time_until_answering(address: SocketAddr, within: Duration, answering: bool) -> Option<Duration> {
     let started = Instant::now();
     while started.elapsed() < within {
-        if read_all(address).await.is_err() {
+        if read_all(address).await.is_ok() == answering {
             return Some(started.elapsed());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -11,14 +11,15 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use http::Method;
-use kube::ResourceExt;
+use k8s_openapi::api::core::v1::Service;
 use kube::api::ListParams;
+use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use stack_tests::api::{ApiHarness, Reply, WEB_POD, exposed_on};
 use stack_tests::challenges::Challenge;
 use stack_tests::env::real_nodes::{GVISOR_RUNTIME_CLASS, enforcer_syncs, node_name};
 use stack_tests::participant::{
-    CAP_NET_RAW, address_of, has_capability, http_get, read_all, status_field, time_until_refused,
+    CAP_NET_RAW, address_of, has_capability, http_get, read_all, status_field, time_until_answered, time_until_refused,
 };
 
 /// Longest a created stack may take to read `running` here (images are on the nodes).
@@ -88,8 +89,9 @@ async fn banner(api: &ApiHarness, address: SocketAddr) -> String {
 }
 
 /// What a refusal after `running` needs to be explained: the harness's pods and their
-/// addresses, whether and when the port answered after all, and what each node's
-/// NetworkPolicy enforcer did around then (a rare CI failure timed out with no more to go on).
+/// addresses, any Service of the cluster on the port (kube-proxy sends it there instead: the
+/// cause of the one such CI failure), whether and when the port answered after all, and what
+/// each node's NetworkPolicy enforcer did around then.
 async fn refusal_evidence(api: &ApiHarness, address: SocketAddr) -> String {
     let refused_at = jiff::Timestamp::now();
     let pods = match api.pods_api().list(&ListParams::default()).await {
@@ -110,22 +112,33 @@ async fn refusal_evidence(api: &ApiHarness, address: SocketAddr) -> String {
             .join("; "),
         Err(e) => format!("pods unreadable: {e}"),
     };
-    let started = Instant::now();
-    let answered = loop {
-        if read_all(address).await.is_ok() {
-            break format!("answered {:?} later", started.elapsed());
-        }
-        if started.elapsed() > GONE_BOUND {
-            break format!("still refused {GONE_BOUND:?} later");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    let port = i32::from(address.port());
+    let on_the_port = match Api::<Service>::all(api.env.kube.clone())
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(list) => list
+            .items
+            .iter()
+            .filter(|service| {
+                let mut ports = service.spec.iter().flat_map(|s| s.ports.iter().flatten());
+                ports.any(|p| p.node_port == Some(port))
+            })
+            .map(|service| format!("{}/{}", service.namespace().unwrap_or_default(), service.name_any()))
+            .collect::<Vec<_>>()
+            .join(", "),
+        Err(e) => format!("services unreadable: {e}"),
+    };
+    let answered = match time_until_answered(address, GONE_BOUND).await {
+        Some(after) => format!("answered {after:?} later"),
+        None => format!("still refused {GONE_BOUND:?} later"),
     };
     let settings = &api.env.settings;
     let syncs: Vec<String> = (1..=settings.real_nodes)
         .map(|i| format!("{}:\n{}", node_name(i), enforcer_syncs(settings, i, 6).join("\n")))
         .collect();
     format!(
-        "refused at {refused_at}, {answered}; pods: {pods}\nthe enforcers' last syncs:\n{}",
+        "refused at {refused_at}, {answered}; pods: {pods}; Services on port {port}: [{on_the_port}]\nthe enforcers' last syncs:\n{}",
         syncs.join("\n")
     )
 }
