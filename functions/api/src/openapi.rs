@@ -311,10 +311,7 @@ mod tests {
             (&1.into(), &1000.into())
         );
         let ids = &doc["components"]["schemas"]["BatchDeleteRequest"]["properties"]["stack_ids"];
-        let item = match ids["items"]["$ref"].as_str() {
-            Some(reference) => &doc["components"]["schemas"][reference.trim_start_matches("#/components/schemas/")],
-            None => &ids["items"],
-        };
+        let item = resolved(&doc["components"]["schemas"], &ids["items"]);
         assert_eq!(item["pattern"], "\\S", "{ids}");
         assert_eq!(ids["maxItems"], stack_core::MAX_BATCH_IDS, "{ids}");
         let images = &doc["components"]["schemas"]["PrepullRequest"]["properties"]["images"];
@@ -421,16 +418,21 @@ mod tests {
         }
     }
 
+    /// `schema`, or the component of `schemas` it refers to.
+    fn resolved<'a>(schemas: &'a serde_json::Value, schema: &'a serde_json::Value) -> &'a serde_json::Value {
+        match schema["$ref"].as_str() {
+            Some(reference) => &schemas[reference.trim_start_matches("#/components/schemas/")],
+            None => schema,
+        }
+    }
+
     /// The properties and required names of an object schema, its `allOf` parts (inline or
     /// referenced) merged as a validator reads them.
     fn merged_object<'a>(
         schemas: &'a serde_json::Value,
         object: &'a serde_json::Value,
     ) -> (serde_json::Map<String, serde_json::Value>, Vec<&'a str>) {
-        let object = match object["$ref"].as_str() {
-            Some(reference) => &schemas[reference.trim_start_matches("#/components/schemas/")],
-            None => object,
-        };
+        let object = resolved(schemas, object);
         let mut properties = object["properties"].as_object().cloned().unwrap_or_default();
         let mut required: Vec<&str> = object["required"]
             .as_array()
