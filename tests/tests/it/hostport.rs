@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use serde_json::{Value, json};
-use stack_tests::api::{ApiHarness, WEB_POD};
+use stack_tests::api::{ApiHarness, SIMULATED_NODE_PORTS, WEB_POD};
 use stack_tests::env::{SimulatedNode, TestEnv, nodes, unique_name};
 use stack_tests::reconciler::{TestReconciler, add_schedulable_node, wait_gone};
 
@@ -243,9 +243,9 @@ async fn a_creator_whose_view_is_old_finds_the_port_taken_everywhere_and_a_new_o
 #[tokio::test]
 async fn switching_to_hostport_keeps_nodeport_stacks_alive_and_their_ports_taken() {
     let nodes = StackNodes::add().await;
-    // Two ports of the default range (which the admission policy admits as host ports), at
-    // random so that parallel tests' NodePort services rarely hold both.
-    let min = 32000 + rand::random::<u16>() % 700;
+    // Two ports of the simulated stacks' range (which the admission policy admits as host
+    // ports), at random so that parallel tests' NodePort services rarely hold both.
+    let min = 32000 + rand::random::<u16>() % (SIMULATED_NODE_PORTS.1 - 32000);
     let (min, max) = (min.to_string(), (min + 1).to_string());
     let range = [
         ("STACK_NODEPORT_MIN", min.as_str()),
