@@ -263,6 +263,47 @@ async fn reads_and_deletes_during_an_apiserver_outage_answer_503_and_keep_the_st
     api.finish_asserting_nothing_left().await;
 }
 
+/// A batch delete sent as the apiserver stops (the end of an event, the cluster under strain):
+/// the deletes that fail meanwhile are tried again, so once it is back every stack is gone and
+/// none counts as failed.
+#[tokio::test]
+async fn a_batch_delete_across_an_apiserver_outage_deletes_every_stack() {
+    let _serial = OUTAGE.lock().await;
+    let api = ApiHarness::start().await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let created = api.send(create_request(None)).await;
+        assert_eq!(created.status, 201, "{}", created.json);
+        ids.push(created.stack_id());
+    }
+    let process = Component::find(&api.env.settings, "kube-apiserver").expect("apiserver pid");
+    let paused = process.pause().expect("SIGSTOP");
+    let accepted = api
+        .call(Method::POST, "/stacks/batch-delete", Some(json!({ "stack_ids": ids })))
+        .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    paused.resume().expect("SIGCONT");
+    assert_eq!(accepted.status, 202, "{}", accepted.json);
+    let job_id = accepted.json["job_id"].as_str().expect("job id").to_owned();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let job = loop {
+        let job = api
+            .call(Method::GET, &format!("/stacks/batch-delete/{job_id}"), None)
+            .await
+            .json;
+        if job["status"] == "completed" || job["status"] == "failed" || tokio::time::Instant::now() > deadline {
+            break job;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!(
+        (&job["status"], &job["deleted"], &job["failed"]),
+        (&json!("completed"), &json!(3), &json!(0)),
+        "{job}"
+    );
+    api.finish_asserting_nothing_left().await;
+}
+
 /// kwok stopped, so the scheduler binds the pod and nobody starts it: the create waits for
 /// the start while someone (an operator, an eviction) deletes the pod. The platform asked for
 /// a new stack, so the answer is "try again" (503), not "gone" (404), and nothing is left.

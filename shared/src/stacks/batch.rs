@@ -1,17 +1,22 @@
 //! Batch deletes: a durable job whose pending ids are processed in chunks, progress saved
 //! after each chunk, so that whoever runs next (this process or the reconciler) finishes it.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 
-use super::{StackError, Stacks};
+use super::{ErrorClass, StackError, Stacks};
 use crate::model::{BatchDeleteJob, JobError, JobStatus, StackId, is_job_id, new_job_id};
 use crate::store::StoreError;
 use crate::tenancy::Scope;
 
 const CHUNK: usize = 16;
+/// How often one runner tries to delete a stack while the apiserver or DynamoDB is slow,
+/// throttling or down, before counting it failed.
+const TRANSIENT_ATTEMPTS: u32 = 5;
+/// The wait before the first retry; it doubles with each retry of the same stack.
+const FIRST_RETRY_PAUSE: Duration = Duration::from_millis(500);
 
 /// Most ids one batch delete may name. Its job is one DynamoDB item (at most 400 KB, which a
 /// longer list overflowed: the write failed and the request answered 500): 10,000 ids take
@@ -52,20 +57,29 @@ impl Stacks {
             .ok_or(StackError::JobNotFound)
     }
 
-    /// Processes the job's pending ids until done or `budget` runs out.
+    /// Processes the job's pending ids until done or `budget` runs out. A stack whose delete
+    /// failed for a transient cause is tried again later ([`Retries`]).
     pub async fn advance_job(&self, mut job: BatchDeleteJob, budget: Duration) -> Result<JobProgress, StackError> {
         let started = Instant::now();
+        let mut retries = Retries::default();
         while !job.status.is_finished() {
-            if started.elapsed() >= budget {
+            let chunk: Vec<String> = job.pending.iter().take(CHUNK).cloned().collect();
+            let pause = retries.pause_before(&chunk);
+            if started.elapsed() + pause >= budget {
                 return Ok(JobProgress::Paused);
             }
-            let chunk: Vec<String> = job.pending.iter().take(CHUNK).cloned().collect();
+            tokio::time::sleep(pause).await;
             let outcomes = futures::future::join_all(chunk.iter().map(|id| self.delete_for_job(id, &job.scope))).await;
             let previous_update = job.updated_at;
+            let mut again = Vec::new();
             for (id, outcome) in chunk.iter().zip(outcomes) {
-                record_outcome(&mut job, id, outcome);
+                match outcome {
+                    Err(err) if retries.again(id, &err) => again.push(id.clone()),
+                    outcome => record_outcome(&mut job, id, outcome),
+                }
             }
             job.pending.drain(..chunk.len());
+            job.pending.extend(again);
             job.status = if job.pending.is_empty() {
                 final_status(&job)
             } else {
@@ -85,6 +99,36 @@ impl Stacks {
     async fn delete_for_job(&self, id: &str, scope: &Scope) -> Result<(), StackError> {
         let id: StackId = id.parse().map_err(|_| StackError::NotFound)?;
         self.delete(&id, scope).await
+    }
+}
+
+/// One runner's retries: a stack whose delete failed because a dependency was slow,
+/// throttling or down goes back to the end of the job's pending ids, and the chunk holding it
+/// waits first, twice as long at each retry of it. After [`TRANSIENT_ATTEMPTS`] it counts as
+/// failed, so that every job ends; a job paused meanwhile keeps it pending for the next runner.
+#[derive(Debug, Default)]
+struct Retries {
+    /// Failed attempts per stack id.
+    failed: HashMap<String, u32>,
+}
+
+impl Retries {
+    /// Whether `id`, whose delete just failed with `err`, is tried again.
+    fn again(&mut self, id: &str, err: &StackError) -> bool {
+        if err.class() != ErrorClass::Unavailable {
+            return false;
+        }
+        let failed = self.failed.entry(id.to_owned()).or_default();
+        *failed += 1;
+        *failed < TRANSIENT_ATTEMPTS
+    }
+
+    /// How long to wait before deleting `chunk`: the longest of its stacks' retry pauses.
+    fn pause_before(&self, chunk: &[String]) -> Duration {
+        let failed = chunk.iter().filter_map(|id| self.failed.get(id)).max();
+        failed.map_or(Duration::ZERO, |&n| {
+            FIRST_RETRY_PAUSE.saturating_mul(1_u32 << (n - 1).min(8))
+        })
     }
 }
 
@@ -233,6 +277,29 @@ mod tests {
         }
         let bytes = serde_json::to_vec(&job).unwrap().len();
         assert!(bytes < crate::store::MAX_ITEM_BYTES - 1024, "{bytes} bytes");
+    }
+
+    #[test]
+    fn a_transient_failure_is_retried_with_longer_pauses_until_the_last_attempt() {
+        let mut retries = Retries::default();
+        let chunk = strings(&["a", "b"]);
+        assert_eq!(retries.pause_before(&chunk), Duration::ZERO);
+        let throttled = StackError::Store(StoreError::Unavailable {
+            operation: "DeleteItem",
+            source: "throttled".into(),
+        });
+        let mut pauses = Vec::new();
+        for _ in 1..TRANSIENT_ATTEMPTS {
+            assert!(retries.again("a", &throttled));
+            pauses.push(retries.pause_before(&chunk).as_millis());
+        }
+        assert_eq!(pauses, [500, 1000, 2000, 4000]);
+        assert!(!retries.again("a", &throttled), "the last attempt's failure counts");
+        // Not a dependency's trouble: counted at once.
+        for err in [StackError::NotFound, StackError::Invalid("bad".into())] {
+            assert!(!retries.again("b", &err), "{err:?}");
+        }
+        assert_eq!(retries.pause_before(&strings(&["b", "c"])), Duration::ZERO);
     }
 
     #[test]
