@@ -265,6 +265,9 @@ pub enum FailureReason {
     IsolationNotEnforced,
     /// The kubelet evicted the pod (node pressure or the pod's own storage limit; definite).
     Evicted,
+    /// A Service of the cluster holds one of a hostport stack's ports as its node port:
+    /// kube-proxy forwards that port to the Service, ahead of the stack (definite).
+    PortTaken,
     /// The pod failed for a reason none of the above names (definite).
     PodFailed,
     /// Not Ready within `STACK_START_TIMEOUT` of its creation, with no error to name.
@@ -283,6 +286,7 @@ impl FailureReason {
             FailureReason::ContainerExited => "container_exited",
             FailureReason::IsolationNotEnforced => "isolation_not_enforced",
             FailureReason::Evicted => "evicted",
+            FailureReason::PortTaken => "port_taken",
             FailureReason::PodFailed => "pod_failed",
             FailureReason::StartTimeout => "start_timeout",
         }
@@ -541,6 +545,7 @@ mod tests {
             (FailureReason::ContainerExited, "container_exited"),
             (FailureReason::IsolationNotEnforced, "isolation_not_enforced"),
             (FailureReason::Evicted, "evicted"),
+            (FailureReason::PortTaken, "port_taken"),
             (FailureReason::PodFailed, "pod_failed"),
             (FailureReason::StartTimeout, "start_timeout"),
         ];

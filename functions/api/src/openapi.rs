@@ -392,6 +392,7 @@ mod tests {
             "container_exited",
             "isolation_not_enforced",
             "evicted",
+            "port_taken",
             "pod_failed",
             "start_timeout",
         ] {

@@ -9,6 +9,7 @@ mod isolation;
 mod namespace;
 mod node_addresses;
 mod node_images;
+mod node_port_holders;
 mod nodeports;
 mod objects;
 mod placement;
@@ -17,6 +18,7 @@ mod pod_watch;
 mod prepull_objects;
 mod runtime_class;
 mod stack_nodes;
+mod timed_view;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -35,6 +37,7 @@ pub(crate) use health::kubelet;
 pub(crate) use health::{ImagePull, PodHealth, Rejection, image_pull, pod_health};
 pub(crate) use namespace::{IsolationReport, NamespacePolicy};
 pub(crate) use node_images::{holds_image, image_names, pod_images};
+pub(crate) use node_port_holders::NodePortHolders;
 pub(crate) use objects::{stack_service, with_host_ports};
 pub use placement::node_external_ip;
 pub(crate) use placement::{
@@ -47,8 +50,10 @@ pub(crate) use stack_nodes::{STACK_NODES_TTL, StackNode};
 use crate::late_writes::{Writes, to_completion};
 use crate::model::{Exposure, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PortMapping, STACK_ID_LABEL, StackId, TargetPort};
 use node_addresses::NodeAddresses;
+pub(crate) use nodeports::PORT_VIEW_MAX_AGE;
 use nodeports::{PortPicker, PortUse};
-use stack_nodes::StackNodeView;
+use stack_nodes::stack_nodes_of;
+use timed_view::TimedView;
 
 /// Grace period of a stack pod's deletion. Stack pods hold no state, so not the pod's own (up
 /// to 30 s); but not zero either: a pod deleted without grace leaves the apiserver at once
@@ -119,6 +124,7 @@ pub struct Cluster {
     services: Api<Service>,
     /// Every namespace's services: their node ports are closed to stacks.
     all_services: Api<Service>,
+    node_port_holders: TimedView<NodePortHolders>,
     nodes: Api<Node>,
     guard: namespace::NamespaceGuard,
     port_policy: PortPolicy,
@@ -127,7 +133,7 @@ pub struct Cluster {
     /// creates each listing every pod at once stalled creates past their deadline).
     port_refresh: tokio::sync::Mutex<()>,
     node_addresses: NodeAddresses,
-    stack_nodes: StackNodeView,
+    stack_nodes: TimedView<[StackNode]>,
     runtime_overhead: tokio::sync::OnceCell<crate::model::PodOverhead>,
 }
 
@@ -137,12 +143,13 @@ impl Cluster {
             pods: Api::namespaced(client.clone(), namespace),
             services: Api::namespaced(client.clone(), namespace),
             all_services: Api::all(client.clone()),
+            node_port_holders: TimedView::default(),
             nodes: Api::all(client.clone()),
             guard: namespace::NamespaceGuard::new(client.clone(), namespace, policy, port_policy.exposure),
             ports: PortPicker::new(port_policy.range.0, port_policy.range.1),
             port_refresh: tokio::sync::Mutex::new(()),
             node_addresses: NodeAddresses::default(),
-            stack_nodes: StackNodeView::default(),
+            stack_nodes: TimedView::default(),
             runtime_overhead: tokio::sync::OnceCell::new(),
             port_policy,
             namespace: namespace.to_owned(),
@@ -318,32 +325,51 @@ impl Cluster {
             }
         };
         let managed = managed_selector();
-        let services = async {
-            let every_service = ListParams::default();
-            match list_all(&self.all_services, &every_service, |s| objects::node_ports_of(&s)).await {
-                // Functions deployed before this right was granted keep creating stacks.
-                Err(err) if err.is_rbac_denial() => {
-                    tracing::warn!(
-                        "the cluster's services cannot be listed: only the stacks' own node ports are kept \
-                         from host ports (apply functions/kubernetes-rbac.yaml again)"
-                    );
-                    list_all(&self.services, &managed, |s| objects::node_ports_of(&s)).await
-                }
-                listed => listed,
-            }
-        };
+        let holders = self.node_port_holders(Duration::ZERO);
         let pods = paginate(
             &managed,
             |page: ListParams| async move { pod_metadata::list_page(&self.client, &self.namespace, &page).await },
             |meta| objects::host_ports_in(&meta.annotations),
         );
-        let (slots, services, pods) = tokio::try_join!(nodes, services, pods)?;
+        let (slots, holders, pods) = tokio::try_join!(nodes, holders, pods)?;
         let held = PortUse {
-            everywhere: services.into_iter().flatten().collect(),
+            everywhere: holders.ports().collect(),
             on_one_node: pods.into_iter().flatten().collect(),
         };
         self.ports.replace(&held, slots);
         Ok(())
+    }
+
+    /// Which Service holds each node port of the cluster, as read at most `max_age` before
+    /// this call (zero: read now, or by a read that finished meanwhile); else read now, one
+    /// read at a time for the process. Functions deployed before RBAC granted listing every
+    /// namespace's services see the stacks' own only.
+    pub(crate) async fn node_port_holders(&self, max_age: Duration) -> Result<Arc<NodePortHolders>, ClusterError> {
+        let asked = Instant::now();
+        if let Some(holders) = self.node_port_holders.get(max_age, asked) {
+            return Ok(holders);
+        }
+        let _one_at_a_time = self.node_port_holders.refresh.lock().await;
+        if let Some(holders) = self.node_port_holders.get(max_age, asked) {
+            return Ok(holders);
+        }
+        let read_at = Instant::now();
+        let held = match list_all(&self.all_services, &ListParams::default(), |s| {
+            node_port_holders::held_by(&s)
+        })
+        .await
+        {
+            Err(err) if err.is_rbac_denial() => {
+                tracing::warn!(
+                    "the cluster's services cannot be listed: only the stacks' own node ports are kept \
+                     from host ports (apply functions/kubernetes-rbac.yaml again)"
+                );
+                list_all(&self.services, &managed_selector(), |s| node_port_holders::held_by(&s)).await
+            }
+            listed => listed,
+        }?;
+        let holders = Arc::new(held.into_iter().flatten().collect());
+        Ok(self.node_port_holders.replace(holders, read_at))
     }
 
     /// Waits, with one watch, until the `created` pod is Ready, or shows that it never will
@@ -425,7 +451,8 @@ impl Cluster {
     pub async fn list_nodes(&self) -> Result<Vec<Node>, ClusterError> {
         let read_at = Instant::now();
         let nodes = list_all(&self.nodes, &ListParams::default(), |node| node).await?;
-        self.stack_nodes.replace(&nodes, &self.port_policy.node_role, read_at);
+        self.stack_nodes
+            .replace(stack_nodes_of(&nodes, &self.port_policy.node_role), read_at);
         Ok(nodes)
     }
 
@@ -452,7 +479,7 @@ impl Cluster {
         for node in &nodes {
             self.node_addresses.remember(node, read_at);
         }
-        Ok(self.stack_nodes.replace(&nodes, role, read_at))
+        Ok(self.stack_nodes.replace(stack_nodes_of(&nodes, role), read_at))
     }
 
     /// Pods carrying our managed-by label (paginated list calls), keeping only `project(pod)` of

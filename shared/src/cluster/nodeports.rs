@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 
 use rand::seq::SliceRandom;
 
-/// Older views are refreshed before the next pick.
-const VIEW_MAX_AGE: Duration = Duration::from_secs(30);
+/// Older views are refreshed before the next pick (and a view of the Services' node ports
+/// before a read judges ports by it).
+pub(crate) const PORT_VIEW_MAX_AGE: Duration = Duration::from_secs(30);
 
 pub(crate) struct PortPicker {
     min: u16,
@@ -64,7 +65,9 @@ impl PortPicker {
     }
 
     pub(crate) fn is_stale(&self) -> bool {
-        self.view().refreshed_at.is_none_or(|at| at.elapsed() > VIEW_MAX_AGE)
+        self.view()
+            .refreshed_at
+            .is_none_or(|at| at.elapsed() > PORT_VIEW_MAX_AGE)
     }
 
     /// Replaces the view with what the cluster holds, `slots` per port.

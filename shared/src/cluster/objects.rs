@@ -98,16 +98,6 @@ pub(crate) fn host_ports_in(annotations: &BTreeMap<String, String>) -> Vec<u16> 
         .unwrap_or_default()
 }
 
-/// Node ports a service holds.
-pub(crate) fn node_ports_of(service: &Service) -> Vec<u16> {
-    service
-        .spec
-        .iter()
-        .flat_map(|s| s.ports.iter().flatten())
-        .filter_map(|p| p.node_port.and_then(|n| u16::try_from(n).ok()))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::{Container, PodSpec};

@@ -4,8 +4,8 @@
 //! refreshes it too.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 
@@ -58,40 +58,13 @@ impl StackNode {
     }
 }
 
-/// The last read of the stack nodes, with when it was made.
-#[derive(Default)]
-pub(super) struct StackNodeView {
-    last: Mutex<Option<(Arc<[StackNode]>, Instant)>>,
-    /// One read at a time: creates that find the view stale wait for the read under way.
-    pub(super) refresh: tokio::sync::Mutex<()>,
-}
-
-impl StackNodeView {
-    /// The stack nodes as read at most `max_age` before `now`.
-    pub(super) fn get(&self, max_age: Duration, now: Instant) -> Option<Arc<[StackNode]>> {
-        let last = self.last.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        last.as_ref()
-            .filter(|(_, read_at)| now.saturating_duration_since(*read_at) <= max_age)
-            .map(|(nodes, _)| Arc::clone(nodes))
-    }
-
-    /// Keeps the nodes of `listed` labelled `role=<role>`, as read at `read_at`, unless a later
-    /// read is already kept; returns what is kept.
-    pub(super) fn replace(&self, listed: &[Node], role: &str, read_at: Instant) -> Arc<[StackNode]> {
-        let nodes: Arc<[StackNode]> = listed
-            .iter()
-            .filter(|n| has_role(n, role))
-            .filter_map(StackNode::of)
-            .collect();
-        let mut last = self.last.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match last.as_ref() {
-            Some((newer, at)) if *at > read_at => Arc::clone(newer),
-            _ => {
-                *last = Some((Arc::clone(&nodes), read_at));
-                nodes
-            }
-        }
-    }
+/// The stack nodes of `listed`: those labelled `role=<role>`.
+pub(super) fn stack_nodes_of(listed: &[Node], role: &str) -> Arc<[StackNode]> {
+    listed
+        .iter()
+        .filter(|n| has_role(n, role))
+        .filter_map(StackNode::of)
+        .collect()
 }
 
 #[cfg(test)]
@@ -101,6 +74,8 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
+    use crate::cluster::timed_view::TimedView;
+    use std::time::Instant;
 
     fn node(name: &str, role: &str) -> Node {
         Node {
@@ -160,12 +135,11 @@ mod tests {
 
     #[test]
     fn the_view_keeps_stack_nodes_until_stale_and_never_goes_back_in_time() {
-        let view = StackNodeView::default();
+        let view = TimedView::<[StackNode]>::default();
         let t0 = Instant::now();
         assert!(view.get(STACK_NODES_TTL, t0).is_none());
         let kept = view.replace(
-            &[node("a", "stack"), node("sys", "infra"), node("b", "stack")],
-            "stack",
+            stack_nodes_of(&[node("a", "stack"), node("sys", "infra"), node("b", "stack")], "stack"),
             t0,
         );
         let names = |nodes: &[StackNode]| nodes.iter().map(|n| n.name.clone()).collect::<Vec<_>>();
@@ -181,9 +155,9 @@ mod tests {
         assert!(view.get(Duration::from_secs(5), t0 + Duration::from_secs(6)).is_none());
 
         let t1 = t0 + Duration::from_secs(10);
-        view.replace(&[node("c", "stack")], "stack", t1);
+        view.replace(stack_nodes_of(&[node("c", "stack")], "stack"), t1);
         // A read that started earlier but finished later does not replace a newer one.
-        let older = view.replace(&[node("a", "stack")], "stack", t0);
+        let older = view.replace(stack_nodes_of(&[node("a", "stack")], "stack"), t0);
         assert_eq!(names(&older), ["c"]);
         assert_eq!(names(&view.get(STACK_NODES_TTL, t1).unwrap()), ["c"]);
     }

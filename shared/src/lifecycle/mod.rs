@@ -24,9 +24,9 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 
-use crate::cluster::{PodHealth, Rejection, Scheduling};
+use crate::cluster::{NodePortHolders, PodHealth, Rejection, Scheduling};
 use crate::config::format_duration;
-use crate::model::{Exposure, Failure, ObservedState, StackRecord, StackStatus};
+use crate::model::{Exposure, Failure, FailureReason, ObservedState, StackRecord, StackStatus};
 use views::{NodeView, PodView, ServiceView};
 
 pub(crate) use end::{ObjectKind, Removal, end_stack};
@@ -110,12 +110,14 @@ impl RemovalReason {
 }
 
 /// What the cluster shows of one stack: its pod, its service and the node the pod is bound
-/// to (`None` if unbound or if that node does not exist), as the caller found them.
+/// to (`None` if unbound or if that node does not exist), as the caller found them, and the
+/// node ports the cluster's Services hold (`None`: not read, no port is judged taken).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct StackObjects<'a> {
     pub pod: Option<&'a PodView>,
     pub service: Option<&'a ServiceView>,
     pub node: Option<&'a NodeView>,
+    pub node_port_holders: Option<&'a NodePortHolders>,
 }
 
 /// The rule's answer for one stack.
@@ -243,29 +245,32 @@ pub(crate) fn judge(record: &StackRecord, observed: StackObjects<'_>, now: Times
             (String::new(), None)
         }
     };
+    let failed = |failure| Verdict::End {
+        reason: RemovalReason::Failed,
+        mark: Some(ObservedState {
+            status: StackStatus::Failed,
+            node_id: node_id.clone(),
+            node_public_ip: node_public_ip.clone(),
+            failure: Some(failure),
+        }),
+    };
     let status = match &pod.health {
         // A pod that ran to its end keeps the status it showed last.
         PodHealth::Starting(_) if record.status.is_terminal() => record.status,
         health => match judge_pod(record.created_at, record.exposure, health, now, rules) {
             PodVerdict::Rejected(_) => return Verdict::end(RemovalReason::Rejected),
-            PodVerdict::Failed(failure) => {
-                let mark = ObservedState {
-                    status: StackStatus::Failed,
-                    node_id,
-                    node_public_ip,
-                    failure: Some(failure),
-                };
-                return Verdict::End {
-                    reason: RemovalReason::Failed,
-                    mark: Some(mark),
-                };
-            }
+            PodVerdict::Failed(failure) => return failed(failure),
             PodVerdict::Live(StackStatus::Stopped) if rules.reap_terminated => {
                 return Verdict::end(RemovalReason::Terminated);
             }
             PodVerdict::Live(status) => status,
         },
     };
+    if !status.is_terminal()
+        && let Some(failure) = port_taken(record, observed.node_port_holders)
+    {
+        return failed(failure);
+    }
     let observed = ObservedState {
         status,
         node_id,
@@ -277,6 +282,24 @@ pub(crate) fn judge(record: &StackRecord, observed: StackObjects<'_>, now: Times
     } else {
         Verdict::Update(observed)
     }
+}
+
+/// A hostport stack one of whose ports a Service of the cluster holds: kube-proxy forwards a
+/// node port on every node ahead of a host port, so its participants reach that Service, for
+/// as long as both exist. (A stack behind a NodePort Service holds its port itself.)
+fn port_taken(record: &StackRecord, holders: Option<&NodePortHolders>) -> Option<Failure> {
+    if record.exposure != Exposure::HostPort {
+        return None;
+    }
+    let (port, service) = holders?.taken(&record.ports)?;
+    Some(Failure::new(
+        FailureReason::PortTaken,
+        format!(
+            "port {}/{} is also the node port of Service {service}, which kube-proxy forwards on every node \
+             ahead of the stack's host port",
+            port.node_port, port.protocol
+        ),
+    ))
 }
 
 /// A failed stack: its record stays, holding nothing, for the retention; objects still
@@ -379,6 +402,7 @@ mod tests {
             pod: Some(&view),
             service: Some(&service),
             node: Some(&node),
+            node_port_holders: None,
         };
         judge(record, observed, now(), rules)
     }
@@ -389,6 +413,7 @@ mod tests {
             pod: Some(pod),
             service: Some(&service),
             node,
+            node_port_holders: None,
         };
         judge(record, observed, now(), &RULES)
     }
@@ -487,8 +512,7 @@ mod tests {
         let alive = pod(Scheduling::Pending, starting(), 1);
         let observed = StackObjects {
             pod: Some(&alive),
-            service: None,
-            node: None,
+            ..StackObjects::default()
         };
         assert_eq!(
             judge(&record(1), observed, now(), &RULES),
@@ -562,6 +586,58 @@ mod tests {
             Verdict::Update(on_n1(StackStatus::Creating))
         );
         assert_eq!(judged_pod(&running, &kubelet::ready(), &RULES), Verdict::Keep);
+    }
+
+    #[test]
+    fn a_hostport_stack_fails_once_a_service_holds_one_of_its_ports() {
+        let ready = PodView::of(&kubelet::ready());
+        let (service, node) = (ServiceView { object: object(0) }, n1());
+        let judged = |record: &StackRecord, pod: &PodView, holders: Option<&NodePortHolders>| {
+            let observed = StackObjects {
+                pod: Some(pod),
+                service: Some(&service),
+                node: Some(&node),
+                node_port_holders: holders,
+            };
+            judge(record, observed, now(), &RULES)
+        };
+        let holders = |protocol: &str| -> NodePortHolders {
+            [(31001, protocol.to_owned(), "monitoring/grafana".to_owned())]
+                .into_iter()
+                .collect()
+        };
+        let running = record(60)
+            .exposure(Exposure::HostPort)
+            .node("n1")
+            .public_ip("203.0.113.1")
+            .status(StackStatus::Running);
+
+        let verdict = judged(&running, &ready, Some(&holders("TCP")));
+        let failure = failure_of(&verdict).unwrap_or_else(|| panic!("{verdict:?}"));
+        assert_eq!(failure.reason, R::PortTaken);
+        assert!(
+            failure.message.contains("31001/TCP") && failure.message.contains("monitoring/grafana"),
+            "{}",
+            failure.message
+        );
+        let Verdict::End { mark: Some(mark), .. } = &verdict else {
+            unreachable!()
+        };
+        assert_eq!(mark.node_id, "n1");
+        // Still starting, it could never be reached either.
+        let starting_pod = pod(Scheduling::Scheduled("n1".into()), starting(), 1);
+        let creating = record(1).exposure(Exposure::HostPort);
+        assert!(failure_of(&judged(&creating, &starting_pod, Some(&holders("TCP")))).is_some());
+
+        // Not read, another protocol's node port, or a node-port stack (its own Service holds
+        // its port): it lives on.
+        assert_eq!(judged(&running, &ready, None), Verdict::Keep);
+        assert_eq!(judged(&running, &ready, Some(&holders("UDP"))), Verdict::Keep);
+        let behind_service = record(60)
+            .node("n1")
+            .public_ip("203.0.113.1")
+            .status(StackStatus::Running);
+        assert_eq!(judged(&behind_service, &ready, Some(&holders("TCP"))), Verdict::Keep);
     }
 
     #[test]

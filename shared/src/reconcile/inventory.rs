@@ -2,12 +2,15 @@
 //! (paginated) calls.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 
 use super::plan::{Inventory, TenantHolds};
 use crate::cluster::{Cluster, ClusterError, pod_images};
 use crate::lifecycle::views::{NodeView, PodView, ServiceView};
+use crate::model::Exposure;
 use crate::store::{Manifest, Store, StoreError};
 use crate::tenancy::Tenants;
 
@@ -61,12 +64,20 @@ pub(crate) async fn take_inventory(
     )?;
     // Projected page by page: full pods of thousands of stacks would not fit a small Lambda.
     let mut images_in_use = BTreeSet::new();
-    let (pods, services) = tokio::try_join!(
+    let (pods, services, node_port_holders) = tokio::try_join!(
         cluster.list_stack_pods_as(|pod| {
             images_in_use.extend(pod_images(&pod).cloned());
             PodView::of(&pod)
         }),
-        cluster.list_stack_services_as(|service| ServiceView::of(&service))
+        cluster.list_stack_services_as(|service| ServiceView::of(&service)),
+        async {
+            // Only a hostport stack's port can be taken (a Service holds its own).
+            if listing.records.iter().any(|r| r.exposure == Exposure::HostPort) {
+                cluster.node_port_holders(Duration::ZERO).await
+            } else {
+                Ok(Arc::default())
+            }
+        }
     )?;
     let nodes = cluster.list_nodes().await?;
     let inventory = Inventory {
@@ -75,6 +86,7 @@ pub(crate) async fn take_inventory(
         pods,
         services,
         nodes: nodes.iter().filter_map(NodeView::of).collect(),
+        node_port_holders,
         jobs,
         claims,
         held,

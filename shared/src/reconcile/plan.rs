@@ -3,10 +3,12 @@
 //! the namespace shows: orphans, dead creates' claims and stalled jobs.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
 
+use crate::cluster::NodePortHolders;
 use crate::lifecycle::RemovalReason;
 use crate::lifecycle::views::{NodeView, ObjectView, PodView, ServiceView};
 use crate::lifecycle::{ObjectKind, Removal, Rules, StackObjects, Verdict, judge, older_than};
@@ -42,6 +44,9 @@ pub(crate) struct Inventory {
     pub pods: Vec<PodView>,
     pub services: Vec<ServiceView>,
     pub nodes: Vec<NodeView>,
+    /// The node ports of every Service of the cluster, listed with our services when some
+    /// record is a hostport stack (none else).
+    pub node_port_holders: Arc<NodePortHolders>,
     pub jobs: Vec<BatchDeleteJob>,
     /// Idempotency-Key claims, by key.
     pub claims: Vec<(String, IdempotencyClaim)>,
@@ -170,7 +175,12 @@ pub(crate) fn plan(inventory: Inventory, now: Timestamp, config: &PlanConfig) ->
         let pod = objects.pods.get(record.pod_id.as_str()).copied();
         let service = record.service().and_then(|name| objects.services.get(name).copied());
         let node = pod.and_then(|p| objects.nodes.get(p.scheduling.node()?).copied());
-        let observed = StackObjects { pod, service, node };
+        let observed = StackObjects {
+            pod,
+            service,
+            node,
+            node_port_holders: Some(inventory.node_port_holders.as_ref()),
+        };
         let verdict = if config.tenants.contains(&record.tenant) {
             judge(record, observed, now, &config.rules)
         } else {
@@ -315,7 +325,7 @@ mod tests {
     use super::*;
     use crate::cluster::{PodHealth, Scheduling, kubelet};
     use crate::lifecycle::RemovalReason;
-    use crate::model::{Failure, FailureReason, JobStatus, StackStatus};
+    use crate::model::{Exposure, Failure, FailureReason, JobStatus, StackStatus};
     use jiff::SignedDuration;
 
     const NS: &str = "stacks";
@@ -428,6 +438,7 @@ mod tests {
             pods: vec![pod(1)],
             services: vec![service(1)],
             nodes: vec![node("n1", "203.0.113.1")],
+            node_port_holders: Arc::default(),
             jobs: vec![],
             claims: vec![],
             held: vec![],
@@ -807,6 +818,33 @@ mod tests {
         let r = run(inventory);
         let mark = removal(&r).and_then(|r| r.mark.clone()).unwrap();
         assert_eq!(mark.failure.map(|f| f.reason), Some(FailureReason::StartTimeout));
+    }
+
+    #[test]
+    fn a_pass_fails_a_hostport_stack_whose_port_a_service_of_the_cluster_took() {
+        let taken: Arc<NodePortHolders> = Arc::new(
+            [(31001, "TCP".to_owned(), "monitoring/grafana".to_owned())]
+                .into_iter()
+                .collect(),
+        );
+        let mut inventory = healthy();
+        inventory.records[0].exposure = Exposure::HostPort;
+        inventory.records[0].status = StackStatus::Running;
+        inventory.services.clear();
+        inventory.node_port_holders = Arc::clone(&taken);
+        let p = run(inventory);
+        let r = removal(&p).expect("the stack ends");
+        assert_eq!(
+            (r.reason, r.pod.is_some(), r.service.is_none()),
+            (RemovalReason::Failed, true, true)
+        );
+        let mark = r.mark.as_ref().unwrap();
+        assert_eq!(mark.failure.as_ref().map(|f| f.reason), Some(FailureReason::PortTaken));
+
+        // A node-port stack's port is held by its own Service.
+        let mut inventory = healthy();
+        inventory.node_port_holders = taken;
+        assert!(removal(&run(inventory)).is_none());
     }
 
     #[test]

@@ -3,6 +3,8 @@
 //! failed loses its objects and answers as its tombstone (`failed`, with reason and message).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
 
 use futures::stream::{self, StreamExt};
 use jiff::Timestamp;
@@ -10,11 +12,11 @@ use serde::Serialize;
 
 use super::capacity::Capacity;
 use super::{StackError, Stacks, owned};
-use crate::cluster::IsolationReport;
+use crate::cluster::{IsolationReport, NodePortHolders, PORT_VIEW_MAX_AGE};
 use crate::lifecycle::end::{RecordWrite, StackRemover};
 use crate::lifecycle::views::{NodeView, PodView, ServiceView};
 use crate::lifecycle::{Removal, Rules, StackObjects, Verdict, judge};
-use crate::model::{STACK_ID_LABEL, StackId, StackRecord, StackUsage};
+use crate::model::{Exposure, STACK_ID_LABEL, StackId, StackRecord, StackUsage};
 use crate::prepull::Readiness;
 use crate::store::{ListCursor, Manifest};
 use crate::tenancy::{Scope, TenantId};
@@ -117,7 +119,12 @@ impl Stacks {
                 None => Ok(None),
             }
         };
-        let (pod, service) = tokio::try_join!(self.cluster.get_pod(&record.pod_id), service)?;
+        let (pod, service, holders) = tokio::join!(
+            self.cluster.get_pod(&record.pod_id),
+            service,
+            self.node_port_holders_for(std::slice::from_ref(&record))
+        );
+        let (pod, service) = (pod?, service?);
         let node_name = pod.as_ref().and_then(|p| p.spec.as_ref()?.node_name.clone());
         let node = match node_name {
             Some(name) => self.cluster.get_node(&name).await?,
@@ -129,6 +136,7 @@ impl Stacks {
             pod: pod.as_ref(),
             service: service.as_ref(),
             node: node.as_ref(),
+            node_port_holders: holders.as_deref(),
         };
         self.settle(record, objects, Timestamp::now())
             .await?
@@ -190,11 +198,17 @@ impl Stacks {
             return Ok(records);
         }
         let ids: Vec<StackId> = records.iter().map(|r| r.stack_id.clone()).collect();
-        let (pods, services, nodes) = tokio::try_join!(
-            async { self.cluster.list_pods_of(&ids).await.map_err(StackError::from) },
-            async { self.cluster.list_services_of(&ids).await.map_err(StackError::from) },
-            async { self.cluster.list_nodes().await.map_err(StackError::from) },
-        )?;
+        let (listed, holders) = tokio::join!(
+            async {
+                tokio::try_join!(
+                    self.cluster.list_pods_of(&ids),
+                    self.cluster.list_services_of(&ids),
+                    self.cluster.list_nodes(),
+                )
+            },
+            self.node_port_holders_for(&records)
+        );
+        let (pods, services, nodes) = listed?;
         let pods: HashMap<&str, PodView> = pods
             .iter()
             .filter_map(|p| Some((stack_label(&p.metadata)?, PodView::of(p))))
@@ -217,6 +231,7 @@ impl Stacks {
                     pod,
                     service: services.get(record.stack_id.as_str()),
                     node,
+                    node_port_holders: holders.as_deref(),
                 };
                 self.settle(record, objects, now)
             })
@@ -224,6 +239,30 @@ impl Stacks {
             .collect()
             .await;
         settled.into_iter().filter_map(Result::transpose).collect()
+    }
+
+    /// Which Service holds each node port, for judging `records`: `None` when none of them
+    /// is a live hostport stack, or the Services cannot be read (no port is then judged taken).
+    /// The process's view serves for [`PORT_VIEW_MAX_AGE`]; a port it shows taken is read
+    /// again before a stack fails for it, since a stack may since have been given the port of
+    /// a Service deleted meanwhile (the picker hands out the least-used ports first).
+    async fn node_port_holders_for(&self, records: &[StackRecord]) -> Option<Arc<NodePortHolders>> {
+        let hostport: Vec<&StackRecord> = records
+            .iter()
+            .filter(|r| r.exposure == Exposure::HostPort && !r.status.is_tombstone())
+            .collect();
+        if hostport.is_empty() {
+            return None;
+        }
+        let viewed = match self.cluster.node_port_holders(PORT_VIEW_MAX_AGE).await {
+            Ok(holders) if hostport.iter().any(|r| holders.taken(&r.ports).is_some()) => {
+                self.cluster.node_port_holders(Duration::ZERO).await
+            }
+            viewed => viewed,
+        };
+        viewed
+            .inspect_err(|err| tracing::warn!(error = %err, "the cluster's node ports could not be read"))
+            .ok()
     }
 
     /// Counts and headroom: the `usage` index (what each stack holds, about 200 bytes a stack,

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use http::Method;
 use k8s_openapi::api::core::v1::Service;
-use kube::api::ListParams;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use stack_tests::api::{ApiHarness, Reply, WEB_POD, exposed_on};
@@ -21,6 +22,7 @@ use stack_tests::env::real_nodes::{GVISOR_RUNTIME_CLASS, enforcer_syncs, node_na
 use stack_tests::participant::{
     CAP_NET_RAW, address_of, has_capability, http_get, read_all, status_field, time_until_answered, time_until_refused,
 };
+use stack_tests::reconciler::TestReconciler;
 
 /// Longest a created stack may take to read `running` here (images are on the nodes).
 const START_BOUND: Duration = Duration::from_secs(30);
@@ -266,6 +268,72 @@ async fn without_cpu_limits_a_stack_runs_without_a_cpu_quota() {
         stack.json
     );
     api.delete_stack(&id).await;
+    api.finish().await;
+}
+
+/// kube-proxy forwards a Service's node port on every node ahead of a pod's host port: a
+/// Service made on a running stack's port takes its participants (here to a port of the node
+/// where nothing listens), while the stack itself runs on. The next reader fails the stack,
+/// naming the Service.
+#[tokio::test]
+async fn a_service_made_on_a_running_stacks_port_takes_its_participants_and_fails_the_stack() {
+    let api = on_real_nodes("hostport", (32732, 32733), &[]).await;
+    let challenge = Challenge::local(api.registry(), "tcp");
+    let (id, address) = create_running(&api, &challenge, json!(8080)).await;
+    banner(&api, address).await;
+
+    let elsewhere = api.env.fresh_namespace("taker").await.expect("namespace");
+    let service: Service = serde_json::from_value(json!({
+        "metadata": { "name": "taker" },
+        "spec": {
+            "type": "NodePort",
+            "ports": [{ "port": 80, "targetPort": 9, "nodePort": address.port() }]
+        }
+    }))
+    .expect("valid service");
+    // Without a selector, its one endpoint is the node's own port 9.
+    let endpoints: EndpointSlice = serde_json::from_value(json!({
+        "metadata": { "name": "taker", "labels": { "kubernetes.io/service-name": "taker" } },
+        "addressType": "IPv4",
+        "endpoints": [{ "addresses": [address.ip().to_string()] }],
+        "ports": [{ "port": 9, "protocol": "TCP" }]
+    }))
+    .expect("valid endpoint slice");
+    let create = PostParams::default();
+    elsewhere
+        .api::<Service>()
+        .create(&create, &service)
+        .await
+        .expect("service");
+    elsewhere
+        .api::<EndpointSlice>()
+        .create(&create, &endpoints)
+        .await
+        .expect("endpoint slice");
+
+    assert!(
+        time_until_refused(address, GONE_BOUND).await.is_some(),
+        "{address} still reaches the challenge {GONE_BOUND:?} after a Service took its port"
+    );
+    let pod = api.pods_api().get(&id).await.expect("the stack's pod");
+    let phase = pod.status.and_then(|s| s.phase);
+    assert_eq!(phase.as_deref(), Some("Running"), "the stack itself runs on");
+
+    TestReconciler::over(&api, &[]).await.pass().await;
+    let status = api.call(Method::GET, &format!("/stacks/{id}/status"), None).await;
+    assert_eq!(
+        (&status.json["status"], &status.json["reason"]),
+        (&json!("failed"), &json!("port_taken")),
+        "{}",
+        status.json
+    );
+    let taker = format!("{}/taker", elsewhere.name());
+    assert!(
+        status.json["message"].as_str().is_some_and(|m| m.contains(&taker)),
+        "names {taker}: {}",
+        status.json
+    );
+    elsewhere.delete().await.expect("delete namespace");
     api.finish().await;
 }
 

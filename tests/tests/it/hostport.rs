@@ -327,9 +327,10 @@ async fn switching_to_hostport_keeps_nodeport_stacks_alive_and_their_ports_taken
 
 /// kube-proxy forwards a Service's node port on every node, ahead of a pod's host port: a
 /// stack given a port that any Service of the cluster holds would hand its participants to
-/// that Service. Ports 32730-32731: no other test takes them (`connect.rs`).
+/// that Service, and so does a stack whose port a Service takes later. Ports 32730-32731: no
+/// other test takes them (`connect.rs`).
 #[tokio::test]
-async fn a_node_port_any_service_of_the_cluster_holds_is_never_a_stacks_host_port() {
+async fn a_services_node_port_is_never_a_stacks_host_port_and_a_service_taking_one_fails_the_stack() {
     let nodes = StackNodes::add().await;
     let elsewhere = nodes.env.fresh_namespace("hp-other").await.expect("namespace");
     let service: Service = serde_json::from_value(json!({
@@ -372,6 +373,31 @@ async fn a_node_port_any_service_of_the_cluster_holds_is_never_a_stacks_host_por
     let created = next.create(WEB_POD, json!(80)).await;
     assert_eq!(created.status, 201, "{}", created.json);
     assert_eq!(created.json["node_port"], 32730, "{}", created.json);
+
+    // A Service made on that port now takes the stack's participants: a reader that sees it
+    // (a fresh sandbox; a process's view serves 30 s) fails the stack, naming the Service.
+    services
+        .create(&PostParams::default(), &service)
+        .await
+        .expect("the service again");
+    let id = created.stack_id();
+    let reader = sandbox_of(&api, &settings).await;
+    let status = reader.call(Method::GET, &format!("/stacks/{id}/status"), None).await;
+    assert_eq!(
+        (&status.json["status"], &status.json["reason"]),
+        (&json!("failed"), &json!("port_taken")),
+        "{}",
+        status.json
+    );
+    let taker = format!("{}/someone-elses", elsewhere.name());
+    assert!(
+        status.json["message"].as_str().is_some_and(|m| m.contains(&taker)),
+        "names {taker}: {}",
+        status.json
+    );
+    wait_gone(&api.pods_api(), &id)
+        .await
+        .expect("the failed stack's pod goes");
 
     elsewhere.delete().await.expect("delete namespace");
     api.finish().await;
