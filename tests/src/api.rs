@@ -82,6 +82,14 @@ impl Reply {
     pub fn error(&self) -> &str {
         self.json["error"].as_str().unwrap_or_default()
     }
+
+    /// The `(reason, message)` of a failed stack's answer; panics, showing the answer, when
+    /// the stack is not `failed`.
+    pub fn failure(&self) -> (&str, &str) {
+        assert_eq!(self.json["status"], "failed", "{}", self.json);
+        let field = |name: &str| self.json[name].as_str().unwrap_or_default();
+        (field("reason"), field("message"))
+    }
 }
 
 impl ApiHarness {

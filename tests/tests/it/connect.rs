@@ -321,18 +321,10 @@ async fn a_service_made_on_a_running_stacks_port_takes_its_participants_and_fail
 
     TestReconciler::over(&api, &[]).await.pass().await;
     let status = api.call(Method::GET, &format!("/stacks/{id}/status"), None).await;
-    assert_eq!(
-        (&status.json["status"], &status.json["reason"]),
-        (&json!("failed"), &json!("port_taken")),
-        "{}",
-        status.json
-    );
+    let (reason, message) = status.failure();
+    assert_eq!(reason, "port_taken");
     let taker = format!("{}/taker", elsewhere.name());
-    assert!(
-        status.json["message"].as_str().is_some_and(|m| m.contains(&taker)),
-        "names {taker}: {}",
-        status.json
-    );
+    assert!(message.contains(&taker), "names {taker}: {message}");
     elsewhere.delete().await.expect("delete namespace");
     api.finish().await;
 }
@@ -409,15 +401,9 @@ async fn a_root_image_under_run_as_non_root_ends_failed_with_the_kubelets_reason
     );
     let id = created.stack_id();
     let (status, _) = poll_status(&api, &id, START_BOUND).await;
-    assert_eq!(status.json["status"], "failed", "{}", status.json);
-    assert_eq!(status.json["reason"], "container_config_error", "{}", status.json);
-    assert!(
-        status.json["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("runAsNonRoot")),
-        "the kubelet's message: {}",
-        status.json
-    );
+    let (reason, message) = status.failure();
+    assert_eq!(reason, "container_config_error");
+    assert!(message.contains("runAsNonRoot"), "the kubelet's message: {message}");
     api.delete_stack(&id).await;
     api.finish().await;
 }
