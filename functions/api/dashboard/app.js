@@ -340,7 +340,9 @@ function renderCards() {
     ? `${t.stacks} of ${t.max_stacks} stacks (tenant limit)` : "";
   $("stat-active").textContent = s.active_stacks;
   $("stat-ports").textContent = s.used_node_ports;
-  $("stat-ports-free").textContent = `${c.node_ports.free} free of ${c.node_ports.total}`;
+  const elsewhere = c.node_ports.held_elsewhere;
+  $("stat-ports-free").textContent = `${c.node_ports.free} free of ${c.node_ports.total}`
+    + (elsewhere ? `, ${elsewhere} held by other Services` : "");
   $("stat-cpu").textContent = fmtCpu(s.reserved_cpu_milli);
   $("stat-cpu-of").textContent = `of ${fmtCpu(c.allocatable_cpu_milli)} (${pct(s.reserved_cpu_milli, c.allocatable_cpu_milli)}%)`;
   $("stat-mem").textContent = fmtBytes(s.reserved_memory_bytes);

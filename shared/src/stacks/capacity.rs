@@ -1,14 +1,14 @@
 //! Capacity and headroom (pure): ports of the configured range in the exposure mode's terms,
 //! and per stack node the allocatable CPU and memory against what active stacks reserve.
-//! Computed from the records and the node list a stats call already reads, so it costs no
-//! cluster call of its own.
+//! Computed from the records and the node list a stats call already reads, and the process's
+//! view of the Services' node ports, so it costs no cluster call of its own.
 
 use std::collections::{BTreeMap, HashSet};
 
 use k8s_openapi::api::core::v1::Node;
 use serde::Serialize;
 
-use crate::cluster::{PortPolicy, has_role, is_ready, is_schedulable_stack_node};
+use crate::cluster::{NodePortHolders, PortPolicy, has_role, is_ready, is_schedulable_stack_node};
 use crate::model::{Exposure, StackUsage};
 use crate::quantity::{parse_bytes, parse_cpu_milli};
 
@@ -39,11 +39,19 @@ pub struct PortCapacity {
     /// switch, counts with what it blocks: a service's port on every node); failed stacks'
     /// tombstones hold none.
     pub used: u32,
+    /// Taken by the node ports of the cluster's other Services (on every node), which no
+    /// stack is given; `null` when they could not be read.
+    pub held_elsewhere: Option<u32>,
     pub free: u32,
 }
 
 impl PortCapacity {
-    fn of(records: &[StackUsage], schedulable_nodes: u32, settings: &PortPolicy) -> Self {
+    fn of(
+        records: &[StackUsage],
+        schedulable_nodes: u32,
+        settings: &PortPolicy,
+        holders: Option<&NodePortHolders>,
+    ) -> Self {
         let (min, max) = settings.range;
         let range_ports = u32::from(max.saturating_sub(min)) + u32::from(max >= min);
         // A failed stack's tombstone lists the ports it had; its objects no longer hold them.
@@ -54,20 +62,26 @@ impl PortCapacity {
                 .flat_map(|r| r.ports.iter().map(|p| p.node_port))
         };
         let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-        let (total, used) = match settings.exposure {
+        let services: HashSet<u16> = ports_of(Exposure::NodePort).collect();
+        let elsewhere: HashSet<u16> = holders
+            .into_iter()
+            .flat_map(NodePortHolders::ports)
+            .filter(|p| (min..=max).contains(p) && !services.contains(p))
+            .collect();
+        let (total, used, held_elsewhere) = match settings.exposure {
             Exposure::NodePort => {
                 // Host ports left from hostport mode block their port for services.
-                let services: HashSet<u16> = ports_of(Exposure::NodePort).collect();
                 let blocked = ports_of(Exposure::HostPort)
                     .filter(|p| !services.contains(p))
                     .collect::<HashSet<u16>>();
                 let used = count(ports_of(Exposure::NodePort).count()).saturating_add(count(blocked.len()));
-                (range_ports, used)
+                (range_ports, used, count(elsewhere.difference(&blocked).count()))
             }
             Exposure::HostPort => {
                 let everywhere = count(ports_of(Exposure::NodePort).count()).saturating_mul(schedulable_nodes);
                 let used = count(ports_of(Exposure::HostPort).count()).saturating_add(everywhere);
-                (range_ports.saturating_mul(schedulable_nodes), used)
+                let held_elsewhere = count(elsewhere.len()).saturating_mul(schedulable_nodes);
+                (range_ports.saturating_mul(schedulable_nodes), used, held_elsewhere)
             }
         };
         PortCapacity {
@@ -76,7 +90,8 @@ impl PortCapacity {
             schedulable_nodes,
             total,
             used,
-            free: total.saturating_sub(used),
+            held_elsewhere: holders.map(|_| held_elsewhere),
+            free: total.saturating_sub(used).saturating_sub(held_elsewhere),
         }
     }
 }
@@ -95,7 +110,13 @@ pub struct NodeCapacity {
 }
 
 impl Capacity {
-    pub fn of(records: &[StackUsage], nodes: &[Node], ports: &PortPolicy) -> Self {
+    /// `holders`: the node ports of the cluster's Services (`None`: not read).
+    pub(crate) fn of(
+        records: &[StackUsage],
+        nodes: &[Node],
+        ports: &PortPolicy,
+        holders: Option<&NodePortHolders>,
+    ) -> Self {
         let schedulable = nodes
             .iter()
             .filter(|n| is_schedulable_stack_node(n, &ports.node_role))
@@ -118,7 +139,7 @@ impl Capacity {
             }
         }
         Capacity {
-            node_ports: PortCapacity::of(records, u32::try_from(schedulable).unwrap_or(u32::MAX), ports),
+            node_ports: PortCapacity::of(records, u32::try_from(schedulable).unwrap_or(u32::MAX), ports, holders),
             allocatable_cpu_milli: by_node.values().map(|n| n.allocatable_cpu_milli).sum(),
             allocatable_memory_bytes: by_node.values().map(|n| n.allocatable_memory_bytes).sum(),
             nodes: by_node,
@@ -207,7 +228,7 @@ mod tests {
             record("a", StackStatus::Stopped, 1),
             record("", StackStatus::Creating, 1),
         ];
-        let c = Capacity::of(&records, &nodes, &settings(Exposure::NodePort, (31001, 31010)));
+        let c = Capacity::of(&records, &nodes, &settings(Exposure::NodePort, (31001, 31010)), None);
         assert_eq!(
             c.node_ports,
             PortCapacity {
@@ -216,6 +237,7 @@ mod tests {
                 schedulable_nodes: 2,
                 total: 10,
                 used: 5,
+                held_elsewhere: None,
                 free: 5
             }
         );
@@ -244,19 +266,24 @@ mod tests {
         for exposure in [Exposure::NodePort, Exposure::HostPort] {
             let settings = settings(exposure, (31001, 31010));
             assert_eq!(
-                Capacity::of(&with_tombstones, &nodes, &settings),
-                Capacity::of(&live, &nodes, &settings),
+                Capacity::of(&with_tombstones, &nodes, &settings, None),
+                Capacity::of(&live, &nodes, &settings, None),
                 "{exposure:?}"
             );
         }
-        let c = Capacity::of(&with_tombstones, &nodes, &settings(Exposure::NodePort, (31001, 31010)));
+        let c = Capacity::of(
+            &with_tombstones,
+            &nodes,
+            &settings(Exposure::NodePort, (31001, 31010)),
+            None,
+        );
         assert_eq!((c.node_ports.used, c.nodes["a"].stacks), (2, 1));
     }
 
     #[test]
     fn more_ports_used_than_the_range_holds_leaves_none_free() {
         let records = [record("a", StackStatus::Running, 3)];
-        let c = Capacity::of(&records, &[], &settings(Exposure::NodePort, (31001, 31002)));
+        let c = Capacity::of(&records, &[], &settings(Exposure::NodePort, (31001, 31002)), None);
         assert_eq!((c.node_ports.total, c.node_ports.free), (2, 0));
     }
 
@@ -284,7 +311,7 @@ mod tests {
             // Left from nodeport mode: its one port is blocked on both nodes.
             record("a", StackStatus::Running, 1),
         ];
-        let c = Capacity::of(&records, &nodes, &settings(Exposure::HostPort, (31001, 31010)));
+        let c = Capacity::of(&records, &nodes, &settings(Exposure::HostPort, (31001, 31010)), None);
         assert_eq!(
             c.node_ports,
             PortCapacity {
@@ -293,12 +320,33 @@ mod tests {
                 schedulable_nodes: 2,
                 total: 20,
                 used: 6,
+                held_elsewhere: None,
                 free: 14
             }
         );
         // Back in nodeport mode, the host ports (31001, 31002 on two nodes) block 2 ports, one
         // of them also the service's.
-        let c = Capacity::of(&records, &nodes, &settings(Exposure::NodePort, (31001, 31010)));
+        let c = Capacity::of(&records, &nodes, &settings(Exposure::NodePort, (31001, 31010)), None);
         assert_eq!((c.node_ports.total, c.node_ports.used, c.node_ports.free), (10, 2, 8));
+
+        // The cluster's Services: the node-port stack's own (31001), two others' in the range
+        // (31005, and 31002, which host ports also hold) and one outside it.
+        let holders: NodePortHolders = [
+            (31001, "stacks/svc-a"),
+            (31005, "monitoring/grafana"),
+            (31002, "ingress/nginx"),
+            (40000, "far/away"),
+        ]
+        .into_iter()
+        .map(|(port, service)| (port, "TCP".to_owned(), service.to_owned()))
+        .collect();
+        let held = |exposure| {
+            let c = Capacity::of(&records, &nodes, &settings(exposure, (31001, 31010)), Some(&holders));
+            (c.node_ports.used, c.node_ports.held_elsewhere, c.node_ports.free)
+        };
+        // Two ports on each of the two nodes.
+        assert_eq!(held(Exposure::HostPort), (6, Some(4), 10));
+        // 31002 already counts as blocked by the host ports.
+        assert_eq!(held(Exposure::NodePort), (2, Some(1), 7));
     }
 }

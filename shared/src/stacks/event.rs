@@ -56,11 +56,7 @@ impl Stacks {
         for (index, stacks) in plan.stacks.iter().enumerate() {
             expected.push(self.expected(index, stacks).await?);
         }
-        let (usage, nodes) = tokio::try_join!(
-            async { self.store.list_stack_usage().await.map_err(StackError::from) },
-            async { self.cluster.list_nodes().await.map_err(StackError::from) },
-        )?;
-        let capacity = Capacity::of(&usage, &nodes, self.cluster.port_policy());
+        let (_, nodes, capacity) = self.usage_and_capacity().await?;
         let role = &self.cluster.port_policy().node_role;
         let rooms = nodes
             .iter()

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use futures::stream::{self, StreamExt};
 use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
 use serde::Serialize;
 
 use super::capacity::Capacity;
@@ -254,13 +255,22 @@ impl Stacks {
         if hostport.is_empty() {
             return None;
         }
-        let viewed = match self.cluster.node_port_holders(PORT_VIEW_MAX_AGE).await {
-            Ok(holders) if hostport.iter().any(|r| holders.taken(&r.ports).is_some()) => {
-                self.cluster.node_port_holders(Duration::ZERO).await
+        match self.viewed_node_port_holders(PORT_VIEW_MAX_AGE).await {
+            Some(holders) if hostport.iter().any(|r| holders.taken(&r.ports).is_some()) => {
+                self.viewed_node_port_holders(Duration::ZERO).await
             }
             viewed => viewed,
-        };
-        viewed
+        }
+    }
+
+    /// [`Cluster::node_port_holders`], `None` when they cannot be read: what judges or
+    /// counts them goes on without.
+    ///
+    /// [`Cluster::node_port_holders`]: crate::cluster::Cluster::node_port_holders
+    pub(super) async fn viewed_node_port_holders(&self, max_age: Duration) -> Option<Arc<NodePortHolders>> {
+        self.cluster
+            .node_port_holders(max_age)
+            .await
             .inspect_err(|err| tracing::warn!(error = %err, "the cluster's node ports could not be read"))
             .ok()
     }
@@ -268,6 +278,8 @@ impl Stacks {
     /// Counts and headroom: the `usage` index (what each stack holds, about 200 bytes a stack,
     /// never the records) read in 16 concurrent queries ([`Store::list_stack_usage`]), and one
     /// node list: 0.3 s at 10,000 stacks against 0.8 s for the records (`bench-dashboard`).
+    /// The cluster's Services are listed at most every 30 s per process, for the ports their
+    /// node ports hold (`capacity.node_ports.held_elsewhere`).
     ///
     /// [`Store::list_stack_usage`]: crate::store::Store::list_stack_usage
     ///
@@ -282,11 +294,7 @@ impl Stacks {
     /// index does not say whose a stack is), and `capacity.node_ports.free` is the room left
     /// to it (in the cluster and within its limit), not what other tenants hold.
     pub async fn stats(&self, scope: &Scope) -> Result<Stats, StackError> {
-        let (all, nodes) = tokio::try_join!(
-            async { self.store.list_stack_usage().await.map_err(StackError::from) },
-            async { self.cluster.list_nodes().await.map_err(StackError::from) },
-        )?;
-        let cluster = Capacity::of(&all, &nodes, self.cluster.port_policy());
+        let (all, nodes, cluster) = self.usage_and_capacity().await?;
         let mut stats = match scope.tenant() {
             None => Stats::of(&all, cluster),
             Some(tenant) => {
@@ -297,7 +305,8 @@ impl Stacks {
                     .filter(|r| &r.tenant == tenant)
                     .map(StackUsage::from)
                     .collect();
-                let mut capacity = Capacity::of(&own, &nodes, self.cluster.port_policy());
+                let mut capacity = Capacity::of(&own, &nodes, self.cluster.port_policy(), None);
+                capacity.node_ports.held_elsewhere = cluster.node_ports.held_elsewhere;
                 let limit = self.config.tenants.limit(tenant);
                 let holding = own.iter().filter(|r| !r.status.is_tombstone()).count();
                 capacity.node_ports.free = cluster.node_ports.free.min(capacity.node_ports.free);
@@ -323,6 +332,24 @@ impl Stacks {
             .inspect_err(|err| tracing::warn!(error = %err, "the pre-pulled images could not be read for /stats"))
             .ok();
         Ok(stats)
+    }
+
+    /// What every stack holds (the `usage` index), the node list, and the cluster's capacity
+    /// from them and the process's view of the Services' node ports: where `/stats` and
+    /// `/preflight` start.
+    pub(super) async fn usage_and_capacity(&self) -> Result<(Vec<StackUsage>, Vec<Node>, Capacity), StackError> {
+        let (listed, holders) = tokio::join!(
+            async {
+                tokio::try_join!(
+                    async { self.store.list_stack_usage().await.map_err(StackError::from) },
+                    async { self.cluster.list_nodes().await.map_err(StackError::from) },
+                )
+            },
+            self.viewed_node_port_holders(PORT_VIEW_MAX_AGE)
+        );
+        let (usage, nodes) = listed?;
+        let capacity = Capacity::of(&usage, &nodes, self.cluster.port_policy(), holders.as_deref());
+        Ok((usage, nodes, capacity))
     }
 
     /// Brings the record in line with what the cluster shows: `None` if the stack is gone
@@ -389,7 +416,7 @@ mod tests {
             range: (31001, 31010),
             node_role: "stack".into(),
         };
-        Stats::of(records, Capacity::of(records, &[], &settings))
+        Stats::of(records, Capacity::of(records, &[], &settings, None))
     }
 
     #[test]

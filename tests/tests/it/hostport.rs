@@ -167,7 +167,7 @@ async fn a_hostport_stack_holds_its_port_on_its_node_and_a_port_serves_one_stack
     let stats = api.call(Method::GET, "/stats", None).await;
     assert_eq!(
         stats.json["capacity"]["node_ports"],
-        json!({"exposure": "hostport", "range_ports": 1, "schedulable_nodes": 2, "total": 2, "used": 2, "free": 0}),
+        json!({"exposure": "hostport", "range_ports": 1, "schedulable_nodes": 2, "total": 2, "used": 2, "held_elsewhere": 0, "free": 0}),
         "{}",
         stats.json
     );
@@ -363,6 +363,19 @@ async fn a_services_node_port_is_never_a_stacks_host_port_and_a_service_taking_o
     }
     let refused = api.create(WEB_POD, json!(80)).await;
     assert_eq!(refused.status, 503, "{}", refused.json);
+    // `/stats` says so too: the Service's port is held on both nodes.
+    let stats = api.call(Method::GET, "/stats", None).await;
+    let ports = &stats.json["capacity"]["node_ports"];
+    assert_eq!(
+        (
+            &ports["total"],
+            &ports["used"],
+            &ports["held_elsewhere"],
+            &ports["free"]
+        ),
+        (&json!(4), &json!(2), &json!(2), &json!(0)),
+        "{ports}"
+    );
 
     // The Service gone, its port is a stack's again (a fresh sandbox reads the ports anew).
     services

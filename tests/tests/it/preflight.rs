@@ -60,8 +60,9 @@ async fn each_limit_set_too_low_is_no_go_with_what_is_missing() {
     let api = ApiHarness::with_tenants(
         &[("ctf", 3)],
         &[
-            ("STACK_NODEPORT_MIN", "32740"),
-            ("STACK_NODEPORT_MAX", "32743"),
+            // Ports no Service holds (those of the real nodes' tests, `connect.rs`, would count).
+            ("STACK_NODEPORT_MIN", "32734"),
+            ("STACK_NODEPORT_MAX", "32737"),
             ("STACK_CREATE_RATE", "2"),
         ],
     )
