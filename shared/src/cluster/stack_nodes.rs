@@ -69,13 +69,14 @@ pub(super) fn stack_nodes_of(listed: &[Node], role: &str) -> Arc<[StackNode]> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Instant;
+
     use k8s_openapi::api::core::v1::{NodeRuntimeHandler, NodeRuntimeHandlerFeatures, NodeStatus};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
     use crate::cluster::timed_view::TimedView;
-    use std::time::Instant;
 
     fn node(name: &str, role: &str) -> Node {
         Node {

@@ -29,7 +29,8 @@ pub(crate) struct ForPrepull {
     pub nodes: Vec<Node>,
 }
 
-/// Records (and jobs) first, then our pods and services, then nodes. The API creates pod and
+/// Records (and jobs) first, then our pods and services (and, with hostport stacks, every
+/// Service's node ports), then nodes. The API creates pod and
 /// service before the record, so any listed record's objects existed before they were listed;
 /// any node a listed pod is bound to existed before the node list. A missing object is then
 /// really gone, not merely created after its list call.
