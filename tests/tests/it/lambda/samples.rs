@@ -22,6 +22,10 @@ const EXPECTED: &[(&str, StatusCode, Option<&str>)] = &[
     ("batch-delete.json", StatusCode::ACCEPTED, None),
     ("batch-delete-get.json", StatusCode::NOT_FOUND, Some("job not found")),
     ("stats.json", StatusCode::OK, None),
+    ("history.json", StatusCode::OK, None),
+    ("preflight.json", StatusCode::OK, None),
+    ("prepull.json", StatusCode::OK, None),
+    ("identity.json", StatusCode::OK, None),
 ];
 
 /// The reconciler's event; the reconciler's tests send it.
