@@ -215,21 +215,29 @@ const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
 /// After the patch alone, a pod could still meet a scheduler cache without the change (a CI
 /// run waited 60 s in vain for a pod created right after a cordon to be unschedulable).
 async fn set_unschedulable(client: &Client, name: &str, unschedulable: bool) -> Result<(), EnvError> {
-    let nodes = Api::<Node>::all(client.clone());
-    nodes
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "spec": { "unschedulable": unschedulable } })),
-        )
-        .await
-        .map_err(EnvError::kube(format!("set node {name} unschedulable={unschedulable}")))?;
+    let change = format!("set node {name} unschedulable={unschedulable}");
+    let nodes = patch_node_spec(client, name, json!({ "unschedulable": unschedulable }), change).await?;
     let tainted = move |node: Option<&Node>| {
         let taints = node.and_then(|n| n.spec.as_ref()?.taints.as_ref());
         taints.is_some_and(|t| t.iter().any(|t| t.key == UNSCHEDULABLE_TAINT)) == unschedulable
     };
     let what = format!("node {name} tainted {UNSCHEDULABLE_TAINT}={unschedulable}");
     wait_for(&nodes, name, &what, NODE_WAIT, tainted).await.map(|_| ())
+}
+
+/// Merges `spec` into the node's spec; `change` names it in an error. Returns the nodes' API.
+pub async fn patch_node_spec(
+    client: &Client,
+    name: &str,
+    spec: serde_json::Value,
+    change: String,
+) -> Result<Api<Node>, EnvError> {
+    let nodes = Api::<Node>::all(client.clone());
+    nodes
+        .patch(name, &PatchParams::default(), &Patch::Merge(json!({ "spec": spec })))
+        .await
+        .map_err(EnvError::kube(change))?;
+    Ok(nodes)
 }
 
 /// Deletes the node; a node that is already gone is not an error.

@@ -17,7 +17,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-use super::nodes::{ROLE_LABEL, probe_pod, run_probe_pod, wait_node_ready};
+use super::nodes::{ROLE_LABEL, patch_node_spec, probe_pod, run_probe_pod, wait_node_ready};
 use super::wait::wait_for;
 use super::{EnvError, EnvSettings};
 
@@ -202,14 +202,8 @@ async fn initialize(client: &Client, name: &str) -> Result<Node, EnvError> {
         .into_iter()
         .filter(|t| t.key != UNINITIALIZED_TAINT)
         .collect();
-    nodes
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "spec": { "taints": taints } })),
-        )
-        .await
-        .map_err(EnvError::kube(format!("lift the uninitialized taint of node {name}")))?;
+    let change = format!("lift the uninitialized taint of node {name}");
+    patch_node_spec(client, name, json!({ "taints": taints }), change).await?;
     wait_node_ready(client, name).await
 }
 

@@ -9,10 +9,11 @@ use http::Method;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Taint};
 use kube::Api;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::ListParams;
 use serde_json::{Value, json};
 use stack_core::STARTUP_TAINT;
 use stack_tests::api::{ApiHarness, prepull_namespace};
+use stack_tests::env::nodes::patch_node_spec;
 use stack_tests::env::real_nodes::{STACK_ROLE, image};
 use stack_tests::env::unique_name;
 use stack_tests::reconciler::TestReconciler;
@@ -61,12 +62,8 @@ async fn real_nodes(api: &ApiHarness) -> Vec<Node> {
 }
 
 async fn set_taints(api: &ApiHarness, node: &str, taints: &[Taint]) {
-    Api::<Node>::all(api.env.kube.clone())
-        .patch(
-            node,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"taints": taints}})),
-        )
+    let change = format!("set the taints of node {node}");
+    patch_node_spec(&api.env.kube, node, json!({ "taints": taints }), change)
         .await
         .expect("taint the node");
 }
