@@ -53,6 +53,9 @@ pub struct ApiHarness {
     pub state: AppState,
     pub namespace: String,
     pub table: TestTable,
+    /// Whether [`finish`](Self::finish) removes the namespace and table: a
+    /// [`sandbox`](Self::sandbox) shares its harness's.
+    owns_namespace_and_table: bool,
     /// Requests the API's clients sent, by kind.
     pub calls: CallsByKind,
     /// The hanging apiserver the stack operations talk to, if the harness has one.
@@ -104,7 +107,7 @@ impl ApiHarness {
     pub async fn with_env(overrides: &[(&str, &str)]) -> Self {
         let env = TestEnv::connect().await.expect("local environment (run tests/env/up)");
         let kube = kube_config(&env).await;
-        Self::build(env, kube, overrides, None).await
+        Self::build(env, kube, overrides, None, None).await
     }
 
     /// A harness whose stacks run on the real nodes (`role=stack`, containerd and runc) with
@@ -140,7 +143,7 @@ impl ApiHarness {
         vars.push(("STACK_PROXY_SYNC", "2s"));
         vars.extend_from_slice(overrides);
         let kube = kube_config(&env).await;
-        let mut harness = Self::build(env, kube, &vars, None).await;
+        let mut harness = Self::build(env, kube, &vars, None, None).await;
         harness._nodes = Some(guard);
         harness
     }
@@ -167,7 +170,7 @@ impl ApiHarness {
     /// (e.g. one impersonating their identity); `STACK_NAMESPACE` among `overrides` names an
     /// existing namespace (the harness's, which [`finish`](Self::finish) deletes).
     pub async fn with_kube(env: TestEnv, kube: kube::Config, overrides: &[(&str, &str)]) -> Self {
-        Self::build(env, kube, overrides, None).await
+        Self::build(env, kube, overrides, None, None).await
     }
 
     /// A harness whose stack operations reach an apiserver that accepts connections and never
@@ -177,7 +180,7 @@ impl ApiHarness {
         let black_hole = BlackHole::start().await;
         let mut kube = kube::Config::new(black_hole.url().parse().expect("black hole url"));
         stack_core::apply_client_limits(&mut kube);
-        Self::build(env, kube, &[], Some(black_hole)).await
+        Self::build(env, kube, &[], Some(black_hole), None).await
     }
 
     async fn build(
@@ -185,13 +188,18 @@ impl ApiHarness {
         kube: kube::Config,
         overrides: &[(&str, &str)],
         black_hole: Option<BlackHole>,
+        shared_table: Option<TestTable>,
     ) -> Self {
         // The API creates the namespace itself on first use, unless the test made it.
         let namespace = overrides
             .iter()
             .find(|(name, _)| *name == "STACK_NAMESPACE")
             .map_or_else(|| unique_name("api"), |(_, value)| (*value).to_owned());
-        let table = env.fresh_table("api").await.expect("fresh table");
+        let owns_namespace_and_table = shared_table.is_none();
+        let table = match shared_table {
+            Some(table) => table,
+            None => env.fresh_table("api").await.expect("fresh table"),
+        };
         let mut vars: HashMap<String, String> = HashMap::from([
             ("STACK_NAMESPACE".into(), namespace.clone()),
             ("DDB_STACK_TABLE".into(), table.name().to_owned()),
@@ -212,7 +220,6 @@ impl ApiHarness {
         let calls = CallsByKind::default();
         let kube = kube_counting_by_kind(kube, &calls).expect("kube client");
         let dynamodb = dynamodb_counting_by_operation(&env.dynamodb, &calls);
-        // `DDB_STACK_TABLE` may name another harness's table (a second sandbox over the same stacks).
         let store = Store::new(dynamodb, &config.table, config.consistent_read);
         let state = AppState::with_clients(config, store, kube);
         Self {
@@ -220,6 +227,7 @@ impl ApiHarness {
             state,
             namespace,
             table,
+            owns_namespace_and_table,
             calls,
             env,
             _black_hole: black_hole,
@@ -386,8 +394,23 @@ impl ApiHarness {
         self.records().await.iter().map(|r| r.stack_id.to_string()).collect()
     }
 
-    /// Removes the harness's namespace (and so its pods and services) and table.
+    /// Another Lambda sandbox of the same deployment: this harness's namespace and table, its
+    /// own clients and views (ports, nodes), configured by `overrides`. Its
+    /// [`finish`](Self::finish) leaves both to this harness's.
+    pub async fn sandbox(&self, overrides: &[(&str, &str)]) -> Self {
+        let env = TestEnv::connect().await.expect("local environment (run tests/env/up)");
+        let kube = kube_config(&env).await;
+        let mut vars = vec![("STACK_NAMESPACE", self.namespace.as_str())];
+        vars.extend_from_slice(overrides);
+        Self::build(env, kube, &vars, None, Some(self.table.clone())).await
+    }
+
+    /// Removes the harness's namespace (and so its pods and services) and table, unless it is
+    /// another's [`sandbox`](Self::sandbox).
     pub async fn finish(self) {
+        if !self.owns_namespace_and_table {
+            return;
+        }
         let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(self.env.kube.clone());
         for namespace in [self.namespace.clone(), prepull_namespace(&self.namespace)] {
             let _ = namespaces

@@ -106,7 +106,7 @@ pub async fn create_table(client: &Client, name: &str, definition: &TableDefinit
 }
 
 /// A uniquely named table with the template's schema, for one test.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct TestTable {
     name: String,
     client: Client,

@@ -517,7 +517,8 @@ async fn a_policy_that_widens_the_isolation_refuses_creation_until_it_is_gone() 
     let policy = |name: &str, spec: Value| -> NetworkPolicy {
         serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
     };
-    assert_eq!(first.create(WEB_POD, json!(80)).await.status, 201);
+    let made = first.create(WEB_POD, json!(80)).await;
+    assert_eq!(made.status, 201, "{}", made.json);
     let names =
         |list: Vec<NetworkPolicy>| -> Vec<String> { list.into_iter().filter_map(|p| p.metadata.name).collect() };
     assert_eq!(
@@ -550,7 +551,7 @@ async fn a_policy_that_widens_the_isolation_refuses_creation_until_it_is_gone() 
         .await
         .unwrap();
     // A new process (a new Lambda sandbox) checks at once; a running one within a minute.
-    let second = ApiHarness::with_env(&[("STACK_NAMESPACE", &namespace)]).await;
+    let second = first.sandbox(&[]).await;
     let refused = second.create(WEB_POD, json!(80)).await;
     assert_eq!(refused.status, 503, "{}", refused.json);
     assert!(refused.headers.contains_key("retry-after"));
@@ -559,8 +560,9 @@ async fn a_policy_that_widens_the_isolation_refuses_creation_until_it_is_gone() 
         why.contains("isolation not in place") && why.contains("allow-all"),
         "{why}"
     );
-    assert!(
-        second.records().await.is_empty(),
+    assert_eq!(
+        second.record_ids::<Vec<_>>().await,
+        [made.stack_id()],
         "nothing of the refused create is left"
     );
     let restored = policies.get("stack-provisioner-isolation").await.unwrap().spec.unwrap();
@@ -572,14 +574,12 @@ async fn a_policy_that_widens_the_isolation_refuses_creation_until_it_is_gone() 
         "the legacy guard is gone"
     );
     // An operator who accepts it says so; /stats (and the dashboard) still tell.
-    let relaxed = ApiHarness::with_env(&[("STACK_NAMESPACE", &namespace), ("STACK_REQUIRE_ISOLATION", "false")]).await;
+    let relaxed = first.sandbox(&[("STACK_REQUIRE_ISOLATION", "false")]).await;
     assert_eq!(relaxed.create(WEB_POD, json!(80)).await.status, 201);
     // So does a deployment of the Go provisioner, under its own name for the switch.
-    let legacy = ApiHarness::with_env(&[
-        ("STACK_NAMESPACE", &namespace),
-        ("STACK_REQUIRE_INGRESS_NETWORK_POLICY", "false"),
-    ])
-    .await;
+    let legacy = first
+        .sandbox(&[("STACK_REQUIRE_INGRESS_NETWORK_POLICY", "false")])
+        .await;
     assert_eq!(legacy.create(WEB_POD, json!(80)).await.status, 201);
     let isolation = relaxed.call(Method::GET, "/stats", None).await.json["isolation"].clone();
     assert_eq!(isolation["in_place"], false, "{isolation}");
@@ -589,7 +589,7 @@ async fn a_policy_that_widens_the_isolation_refuses_creation_until_it_is_gone() 
     );
 
     policies.delete("allow-all", &Default::default()).await.unwrap();
-    let third = ApiHarness::with_env(&[("STACK_NAMESPACE", &namespace)]).await;
+    let third = first.sandbox(&[]).await;
     assert_eq!(third.create(WEB_POD, json!(80)).await.status, 201);
     let isolation = third.call(Method::GET, "/stats", None).await.json["isolation"].clone();
     assert_eq!(isolation["in_place"], true, "{isolation}");
@@ -600,9 +600,6 @@ async fn a_policy_that_widens_the_isolation_refuses_creation_until_it_is_gone() 
     // The running process that saw it widened sees the repair at its next read.
     let isolation = relaxed.call(Method::GET, "/stats", None).await.json["isolation"].clone();
     assert_eq!(isolation["in_place"], true, "{isolation}");
-    for harness in [second, relaxed, legacy, third] {
-        let _ = harness.table.delete().await;
-    }
     first.finish().await;
 }
 
@@ -714,33 +711,17 @@ async fn stack_whose_node_was_deleted_is_gone() {
     let api = ApiHarness::with_env(&[("STACK_NODE_ROLE", &role)]).await;
     let node = format!("{role}-node");
     let simulated = SimulatedNode::new(&node).role(&role).external_ip("203.0.113.200");
-    stack_tests::env::nodes::add_node(&api.env.kube, &simulated)
+    stack_tests::reconciler::add_schedulable_node(&api.env, &simulated)
         .await
-        .unwrap();
-    // The node lifecycle controller lifts the not-ready taint shortly after the node is Ready.
-    let nodes = kube::Api::<k8s_openapi::api::core::v1::Node>::all(api.env.kube.clone());
-    let untainted = |n: Option<&k8s_openapi::api::core::v1::Node>| {
-        n.is_some_and(|n| {
-            n.spec
-                .as_ref()
-                .and_then(|s| s.taints.as_ref())
-                .is_none_or(|t| t.is_empty())
-        })
-    };
-    let wait = kube::runtime::wait::await_condition(nodes, &node, untainted);
-    tokio::time::timeout(std::time::Duration::from_secs(30), wait)
-        .await
-        .expect("node untainted in time")
         .unwrap();
     let created = api.create_web().await;
+    let id = created.stack_id();
     assert_eq!(created.json["node_id"], node.as_str());
     assert_eq!(created.json["node_public_ip"], "203.0.113.200");
     stack_tests::env::nodes::delete_node(&api.env.kube, &node)
         .await
         .unwrap();
-    let got = api
-        .call(Method::GET, &format!("/stacks/{}", created.stack_id()), None)
-        .await;
+    let got = api.call(Method::GET, &format!("/stacks/{id}"), None).await;
     assert_eq!(got.status, 404);
     api.finish_asserting_nothing_left().await;
 }

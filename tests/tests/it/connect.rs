@@ -3,7 +3,8 @@
 //! `node_public_ip:node_port` and reads the challenge.
 //!
 //! Each test takes ports of its own in 32700-32767, the top of the range the admission policy
-//! admits host ports in (31001-32767): kube-proxy on the real nodes forwards every NodePort
+//! admits host ports in (31001-32767), as do a few tests of `isolation.rs`, `hostport.rs` and
+//! `preflight.rs` (free: 32764-32766): kube-proxy on the real nodes forwards every NodePort
 //! Service of the cluster, and the simulated nodes' stacks take theirs below
 //! ([`stack_tests::api::SIMULATED_NODE_PORTS`]).
 

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use serde_json::{Value, json};
-use stack_tests::api::{ApiHarness, SIMULATED_NODE_PORTS, WEB_POD};
+use stack_tests::api::{ApiHarness, WEB_POD};
 use stack_tests::env::{SimulatedNode, TestEnv, nodes, unique_name};
 use stack_tests::reconciler::{TestReconciler, add_schedulable_node, wait_gone};
 
@@ -45,17 +45,6 @@ impl StackNodes {
                 .expect("delete node");
         }
     }
-}
-
-/// A harness over an existing harness's namespace and table, as a second Lambda sandbox (its
-/// own clients and port view) with its own settings.
-async fn sandbox_of(api: &ApiHarness, settings: &[(&str, &str)]) -> ApiHarness {
-    let mut vars = vec![
-        ("STACK_NAMESPACE", api.namespace.as_str()),
-        ("DDB_STACK_TABLE", api.table.name()),
-    ];
-    vars.extend_from_slice(settings);
-    ApiHarness::with_env(&vars).await
 }
 
 /// The namespace's pods version now, to see later what was created after it.
@@ -211,7 +200,7 @@ async fn a_creator_whose_view_is_old_finds_the_port_taken_everywhere_and_a_new_o
     let nodes = StackNodes::add().await;
     let settings = one_port_on(&nodes.role);
     let a = ApiHarness::with_env(&settings).await;
-    let b = sandbox_of(&a, &settings).await;
+    let b = a.sandbox(&settings).await;
     // B's view (refreshed now) sees one of two slots taken; A then takes the other.
     assert_eq!(b.create(WEB_POD, json!(80)).await.status, 201);
     assert_eq!(a.create(WEB_POD, json!(80)).await.status, 201);
@@ -226,7 +215,7 @@ async fn a_creator_whose_view_is_old_finds_the_port_taken_everywhere_and_a_new_o
 
     // A new sandbox reads the ports the pods hold (their annotations) before it picks: it
     // answers "full" without making a pod for the scheduler to refuse.
-    let c = sandbox_of(&a, &settings).await;
+    let c = a.sandbox(&settings).await;
     let pods: Api<Pod> = Api::namespaced(a.env.kube.clone(), &a.namespace);
     let version = pods_version(&pods).await;
     let full = c.create(WEB_POD, json!(80)).await;
@@ -234,8 +223,6 @@ async fn a_creator_whose_view_is_old_finds_the_port_taken_everywhere_and_a_new_o
     assert_eq!(full.json["error"], "no available nodeport", "{}", full.json);
     assert_eq!(pods_created_since(&pods, &version).await, Vec::<String>::new());
 
-    c.table.delete().await.ok();
-    b.table.delete().await.ok();
     a.finish().await;
     nodes.remove().await;
 }
@@ -243,14 +230,9 @@ async fn a_creator_whose_view_is_old_finds_the_port_taken_everywhere_and_a_new_o
 #[tokio::test]
 async fn switching_to_hostport_keeps_nodeport_stacks_alive_and_their_ports_taken() {
     let nodes = StackNodes::add().await;
-    // Two ports of the simulated stacks' range (which the admission policy admits as host
-    // ports), at random so that parallel tests' NodePort services rarely hold both.
-    let min = 32000 + rand::random::<u16>() % (SIMULATED_NODE_PORTS.1 - 32000);
-    let (min, max) = (min.to_string(), (min + 1).to_string());
-    let range = [
-        ("STACK_NODEPORT_MIN", min.as_str()),
-        ("STACK_NODEPORT_MAX", max.as_str()),
-    ];
+    // Two ports above the simulated stacks' range, so that no other test's NodePort Service
+    // holds one, and which no real-node test takes (`connect.rs`).
+    let range = [("STACK_NODEPORT_MIN", "32738"), ("STACK_NODEPORT_MAX", "32739")];
     let mut nodeport_settings = vec![("STACK_NODE_ROLE", nodes.role.as_str())];
     nodeport_settings.extend_from_slice(&range);
     let before = ApiHarness::with_env(&nodeport_settings).await;
@@ -260,7 +242,7 @@ async fn switching_to_hostport_keeps_nodeport_stacks_alive_and_their_ports_taken
 
     let mut hostport_settings = nodeport_settings.clone();
     hostport_settings.push(("STACK_EXPOSURE", "hostport"));
-    let after = sandbox_of(&before, &hostport_settings).await;
+    let after = before.sandbox(&hostport_settings).await;
     // The namespace still enforces Pod Security baseline, which would refuse every host port.
     let refused = after.create(WEB_POD, json!(80)).await;
     assert_eq!(refused.status, 503, "{}", refused.json);
@@ -320,7 +302,6 @@ async fn switching_to_hostport_keeps_nodeport_stacks_alive_and_their_ports_taken
         "{capacity}"
     );
 
-    after.table.delete().await.ok();
     before.finish().await;
     nodes.remove().await;
 }
@@ -382,7 +363,7 @@ async fn a_services_node_port_is_never_a_stacks_host_port_and_a_service_taking_o
         .delete("someone-elses", &DeleteParams::default())
         .await
         .expect("delete the service");
-    let next = sandbox_of(&api, &settings).await;
+    let next = api.sandbox(&settings).await;
     let created = next.create(WEB_POD, json!(80)).await;
     assert_eq!(created.status, 201, "{}", created.json);
     assert_eq!(created.json["node_port"], 32730, "{}", created.json);
@@ -394,7 +375,7 @@ async fn a_services_node_port_is_never_a_stacks_host_port_and_a_service_taking_o
         .await
         .expect("the service again");
     let id = created.stack_id();
-    let reader = sandbox_of(&api, &settings).await;
+    let reader = api.sandbox(&settings).await;
     let status = reader.call(Method::GET, &format!("/stacks/{id}/status"), None).await;
     let (reason, message) = status.failure();
     assert_eq!(reason, "port_taken");
