@@ -78,10 +78,7 @@ impl PodDeletion {
             PodDeletion::Graceful => POD_DELETE_GRACE_SECONDS,
             PodDeletion::Now => 0,
         };
-        DeleteParams {
-            grace_period_seconds: Some(grace),
-            ..DeleteParams::background()
-        }
+        DeleteParams::background().grace_period(grace)
     }
 }
 

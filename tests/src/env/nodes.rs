@@ -301,15 +301,9 @@ pub async fn run_probe_pod(
         Err(error) => return Err(EnvError::kube(format!("create pod {name}"))(error)),
     }
     let waited = wait_for(&pods, &name, what, NODE_WAIT, condition).await;
-    pods.delete(
-        &name,
-        &DeleteParams {
-            grace_period_seconds: Some(0),
-            ..DeleteParams::default()
-        },
-    )
-    .await
-    .map_err(EnvError::kube(format!("delete pod {name}")))?;
+    pods.delete(&name, &DeleteParams::default().grace_period(0))
+        .await
+        .map_err(EnvError::kube(format!("delete pod {name}")))?;
     waited.map(|_| ())
 }
 

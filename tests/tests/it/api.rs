@@ -627,16 +627,8 @@ async fn node_port_exhaustion_is_503() {
 async fn stack_whose_pod_was_deleted_behind_our_back_is_gone() {
     let api = ApiHarness::start().await;
     let id = api.create(WEB_POD, json!(80)).await.stack_id();
-    api.pods_api()
-        .delete(
-            &id,
-            &DeleteParams {
-                grace_period_seconds: Some(0),
-                ..DeleteParams::default()
-            },
-        )
-        .await
-        .unwrap();
+    let immediately = DeleteParams::default().grace_period(0);
+    api.pods_api().delete(&id, &immediately).await.unwrap();
     let status = api.call(Method::GET, &format!("/stacks/{id}/status"), None).await;
     assert_eq!(status.status, 404);
     api.finish_asserting_nothing_left().await;
@@ -653,10 +645,7 @@ async fn a_list_page_removes_its_own_gone_stacks_and_no_other() {
         let pods = api.pods_api();
         let id = id.to_owned();
         async move {
-            let immediately = DeleteParams {
-                grace_period_seconds: Some(0),
-                ..DeleteParams::default()
-            };
+            let immediately = DeleteParams::default().grace_period(0);
             pods.delete(&id, &immediately).await.unwrap();
         }
     };

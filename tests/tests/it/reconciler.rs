@@ -204,10 +204,7 @@ async fn stack_whose_pod_was_deleted_behind_our_back_loses_service_and_record() 
         .patch(&lost.service_name(), &PatchParams::default(), &Patch::Merge(&disowned))
         .await
         .unwrap();
-    let now_gone = DeleteParams {
-        grace_period_seconds: Some(0),
-        ..DeleteParams::default()
-    };
+    let now_gone = DeleteParams::default().grace_period(0);
     api.pods_api().delete(&lost.pod_name(), &now_gone).await.unwrap();
     wait_gone(&api.pods_api(), &lost.pod_name()).await.unwrap();
     assert_eq!(api.managed_services().await.len(), 2, "the service outlived its pod");
