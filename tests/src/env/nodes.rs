@@ -216,7 +216,8 @@ const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
 /// run waited 60 s in vain for a pod created right after a cordon to be unschedulable).
 async fn set_unschedulable(client: &Client, name: &str, unschedulable: bool) -> Result<(), EnvError> {
     let change = format!("set node {name} unschedulable={unschedulable}");
-    let nodes = patch_node_spec(client, name, json!({ "unschedulable": unschedulable }), change).await?;
+    patch_node_spec(client, name, json!({ "unschedulable": unschedulable }), change).await?;
+    let nodes = Api::<Node>::all(client.clone());
     let tainted = move |node: Option<&Node>| {
         let taints = node.and_then(|n| n.spec.as_ref()?.taints.as_ref());
         taints.is_some_and(|t| t.iter().any(|t| t.key == UNSCHEDULABLE_TAINT)) == unschedulable
@@ -225,19 +226,18 @@ async fn set_unschedulable(client: &Client, name: &str, unschedulable: bool) -> 
     wait_for(&nodes, name, &what, NODE_WAIT, tainted).await.map(|_| ())
 }
 
-/// Merges `spec` into the node's spec; `change` names it in an error. Returns the nodes' API.
+/// Merges `spec` into the node's spec; `change` names it in an error.
 pub async fn patch_node_spec(
     client: &Client,
     name: &str,
     spec: serde_json::Value,
     change: String,
-) -> Result<Api<Node>, EnvError> {
-    let nodes = Api::<Node>::all(client.clone());
-    nodes
+) -> Result<(), EnvError> {
+    Api::<Node>::all(client.clone())
         .patch(name, &PatchParams::default(), &Patch::Merge(json!({ "spec": spec })))
         .await
         .map_err(EnvError::kube(change))?;
-    Ok(nodes)
+    Ok(())
 }
 
 /// Deletes the node; a node that is already gone is not an error.
