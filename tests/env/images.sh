@@ -26,6 +26,7 @@ busybox_tree() {
     printf 'root:x:0:0:root:/root:/bin/sh\nctf:x:1000:1000:ctf:/tmp:/bin/sh\n' >"$root/etc/passwd"
     printf 'root:x:0:\nctf:x:1000:\n' >"$root/etc/group"
     install -m 0755 "$IMAGES_DIR/banner" "$root/bin/banner"
+    install -m 0755 "$BIN_DIR/udp-banner" "$root/bin/udp-banner"
     install -m 0644 "$IMAGES_DIR/index.html" "$root/www/index.html"
 }
 
@@ -47,6 +48,7 @@ push_images() {
         --entrypoint 'sh,-c,sleep $DELAY && exec httpd -f -p 8080 -h /www' -t "$repo/http:1"
     crane_ mutate "$repo/busybox:1" --user 1000:1000 --entrypoint nc,-ll,-p,80,-e,/bin/banner \
         -t "$repo/lowport:1"
+    crane_ mutate "$repo/busybox:1" --entrypoint /bin/udp-banner,9999 -t "$repo/udp:1"
     crane_ mutate "$repo/busybox:1" \
         --entrypoint 'sh,-c,echo stack-env crash challenge: exiting with 3 >&2; exit 3' -t "$repo/crash:1"
 }

@@ -7,6 +7,8 @@ use crate::env::real_nodes;
 pub const CHALLENGE_PORT: u16 = 8080;
 /// Port the `lowport` image listens on, as uid 1000.
 pub const LOW_PORT: u16 = 80;
+/// Port the `udp` image answers datagrams on.
+pub const UDP_PORT: u16 = 9999;
 
 /// A challenge: an image of the environment's registry (or any reference), its port, and an
 /// optional readiness probe.
@@ -14,6 +16,8 @@ pub const LOW_PORT: u16 = 80;
 pub struct Challenge {
     pub image: String,
     pub port: u16,
+    /// The port's protocol as a manifest spells it: `TCP` or `UDP`.
+    pub protocol: &'static str,
     pub flag: String,
     /// `httpGet` on the port, every second.
     pub http_readiness: bool,
@@ -27,14 +31,22 @@ pub struct Challenge {
 impl Challenge {
     /// The image `name` of the registry at `registry` (`STACK_ENV_REGISTRY`).
     pub fn local(registry: &str, name: &str) -> Self {
-        let port = if name == "lowport" { LOW_PORT } else { CHALLENGE_PORT };
-        Self::of_image(&real_nodes::image(registry, name), port)
+        let (port, protocol) = match name {
+            "lowport" => (LOW_PORT, "TCP"),
+            "udp" => (UDP_PORT, "UDP"),
+            _ => (CHALLENGE_PORT, "TCP"),
+        };
+        Self {
+            protocol,
+            ..Self::of_image(&real_nodes::image(registry, name), port)
+        }
     }
 
     pub fn of_image(image: &str, port: u16) -> Self {
         Self {
             image: image.to_owned(),
             port,
+            protocol: "TCP",
             flag: format!("CTF{{{:08x}}}", rand::random::<u32>()),
             http_readiness: false,
             env: Vec::new(),
@@ -86,10 +98,11 @@ impl Challenge {
             .map(|context| format!("      securityContext: {context}\n"))
             .unwrap_or_default();
         format!(
-            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: challenge\n  labels:\n    challenge: stack-env\nspec:\n  containers:\n    - name: challenge\n      image: {image}\n      ports:\n        - containerPort: {port}\n      env:\n{env}{probe}{security}      resources:\n        limits:\n          cpu: {cpu}\n          memory: 32Mi\n",
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: challenge\n  labels:\n    challenge: stack-env\nspec:\n  containers:\n    - name: challenge\n      image: {image}\n      ports:\n        - containerPort: {port}\n          protocol: {protocol}\n      env:\n{env}{probe}{security}      resources:\n        limits:\n          cpu: {cpu}\n          memory: 32Mi\n",
             image = self.image,
             cpu = self.cpu,
             port = self.port,
+            protocol = self.protocol,
         )
     }
 }

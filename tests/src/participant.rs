@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UdpSocket};
 
 /// Longest a participant's connection attempt or read may take here (everything is local).
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
@@ -88,6 +88,45 @@ async fn time_until_answering(address: SocketAddr, within: Duration, answering: 
             return Some(started.elapsed());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+/// How long a UDP participant waits for an answer before sending again, as one pressing enter
+/// again in `nc -u` does.
+const UDP_RESEND_AFTER: Duration = Duration::from_millis(500);
+
+/// A UDP participant: from one socket, sends a line to `address` and again every
+/// [`UDP_RESEND_AFTER`] until a datagram comes back or `within` ends. The answer and how many
+/// lines it took.
+pub async fn udp_exchange(address: SocketAddr, within: Duration) -> std::io::Result<(String, u32)> {
+    let socket = UdpSocket::bind("0.0.0.0:0").await?;
+    socket.connect(address).await?;
+    let started = Instant::now();
+    let mut sent = 0;
+    let mut buffer = [0u8; 2048];
+    while started.elapsed() < within {
+        socket.send(b"hello\n").await?;
+        sent += 1;
+        // A refusal (ICMP port unreachable) counts as silence: nothing listens yet or still.
+        if let Ok(Ok(n)) = tokio::time::timeout(UDP_RESEND_AFTER, socket.recv(&mut buffer)).await {
+            return Ok((String::from_utf8_lossy(&buffer[..n]).into_owned(), sent));
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("no answer to {sent} datagrams in {within:?}"),
+    ))
+}
+
+/// How long until `address` no longer answers a datagram (the stack is gone), each try a new
+/// participant (a new socket); `None` if it still answers after `within`.
+pub async fn udp_time_until_silent(address: SocketAddr, within: Duration) -> Option<Duration> {
+    let started = Instant::now();
+    while started.elapsed() < within {
+        if udp_exchange(address, UDP_RESEND_AFTER).await.is_err() {
+            return Some(started.elapsed());
+        }
     }
     None
 }

@@ -4,7 +4,7 @@
 //!
 //! Each test takes ports of its own in 32700-32767, the top of the range the admission policy
 //! admits host ports in (31001-32767), as do a few tests of `isolation.rs`, `hostport.rs` and
-//! `preflight.rs` (free: 32764-32766): kube-proxy on the real nodes forwards every NodePort
+//! `preflight.rs` (none is left): kube-proxy on the real nodes forwards every NodePort
 //! Service of the cluster, and the simulated nodes' stacks take theirs below
 //! ([`stack_tests::api::SIMULATED_NODE_PORTS`]).
 
@@ -18,10 +18,11 @@ use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use stack_tests::api::{ApiHarness, Reply, WEB_POD, exposed_on};
-use stack_tests::challenges::Challenge;
+use stack_tests::challenges::{Challenge, UDP_PORT};
 use stack_tests::env::real_nodes::{GVISOR_RUNTIME_CLASS, enforcer_syncs, node_name};
 use stack_tests::participant::{
     CAP_NET_RAW, address_of, has_capability, http_get, read_all, status_field, time_until_answered, time_until_refused,
+    udp_exchange, udp_time_until_silent,
 };
 use stack_tests::reconciler::TestReconciler;
 
@@ -195,6 +196,41 @@ async fn a_participant_reads_the_challenge_in_both_exposure_modes_and_both_clien
 
         deleted_until_refused(&api, &id, address, exposure).await;
         api.finish().await;
+    });
+    futures::future::join_all(runs).await;
+}
+
+/// A UDP challenge, as `nc -u` reaches it: in either mode, under runc and under gVisor, the
+/// participant's first datagram after `running` is answered, and none once the stack is deleted.
+#[tokio::test]
+async fn a_udp_challenge_answers_the_first_datagram_in_both_modes_and_runtimes() {
+    let cases = [("nodeport", (32764, 32765)), ("hostport", (32766, 32767))];
+    let runs = cases.into_iter().map(|(exposure, ports)| async move {
+        // One runtime after the other on the case's ports: the stack is gone before the next.
+        for class in [None, Some(GVISOR_RUNTIME_CLASS)] {
+            let what = format!("{exposure} under {}", class.unwrap_or("runc"));
+            let api = on_real_nodes_under(class, exposure, ports).await;
+            let challenge = Challenge::local(api.registry(), "udp");
+            let target_port = json!([{ "container_port": UDP_PORT, "protocol": "UDP" }]);
+            let (id, address) = create_running(&api, &challenge, target_port).await;
+            let (said, sent) = udp_exchange(address, Duration::from_secs(5))
+                .await
+                .unwrap_or_else(|e| panic!("{what}: {address} after `running`: {e}"));
+            assert_eq!(
+                said,
+                format!("stack-env udp challenge on {id}\nflag: {}\n", challenge.flag),
+                "{what}"
+            );
+            assert_eq!(sent, 1, "{what}: datagrams sent until one was answered");
+
+            api.delete_stack(&id).await;
+            let gone = udp_time_until_silent(address, GONE_BOUND).await;
+            assert!(
+                gone.is_some(),
+                "{what}: {address} still answers {GONE_BOUND:?} after the delete"
+            );
+            api.finish().await;
+        }
     });
     futures::future::join_all(runs).await;
 }
