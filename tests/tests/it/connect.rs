@@ -204,35 +204,40 @@ async fn a_participant_reads_the_challenge_in_both_exposure_modes_and_both_clien
 /// participant's first datagram after `running` is answered, and none once the stack is deleted.
 #[tokio::test]
 async fn a_udp_challenge_answers_the_first_datagram_in_both_modes_and_runtimes() {
-    let cases = [("nodeport", (32764, 32765)), ("hostport", (32766, 32767))];
-    let runs = cases.into_iter().map(|(exposure, ports)| async move {
-        // One runtime after the other on the case's ports: the stack is gone before the next.
-        for class in [None, Some(GVISOR_RUNTIME_CLASS)] {
-            let what = format!("{exposure} under {}", class.unwrap_or("runc"));
-            let api = on_real_nodes_under(class, exposure, ports).await;
-            let challenge = Challenge::local(api.registry(), "udp");
-            let target_port = json!([{ "container_port": UDP_PORT, "protocol": "UDP" }]);
-            let (id, address) = create_running(&api, &challenge, target_port).await;
-            let (said, sent) = udp_exchange(address, Duration::from_secs(5))
-                .await
-                .unwrap_or_else(|e| panic!("{what}: {address} after `running`: {e}"));
-            assert_eq!(
-                said,
-                format!("stack-env udp challenge on {id}\nflag: {}\n", challenge.flag),
-                "{what}"
-            );
-            assert_eq!(sent, 1, "{what}: datagrams sent until one was answered");
+    // One runtime after the other on the same ports: each stack is gone before the next.
+    for class in [None, Some(GVISOR_RUNTIME_CLASS)] {
+        futures::future::join(
+            udp_round_trip(class, "nodeport", (32764, 32765)),
+            udp_round_trip(class, "hostport", (32766, 32767)),
+        )
+        .await;
+    }
+}
 
-            api.delete_stack(&id).await;
-            let gone = udp_time_until_silent(address, GONE_BOUND).await;
-            assert!(
-                gone.is_some(),
-                "{what}: {address} still answers {GONE_BOUND:?} after the delete"
-            );
-            api.finish().await;
-        }
-    });
-    futures::future::join_all(runs).await;
+/// One UDP stack under `class` (runc when none): created, answered, deleted, silent.
+async fn udp_round_trip(class: Option<&str>, exposure: &str, ports: (u16, u16)) {
+    let what = format!("{exposure} under {}", class.unwrap_or("runc"));
+    let api = on_real_nodes_under(class, exposure, ports).await;
+    let challenge = Challenge::local(api.registry(), "udp");
+    let target_port = json!([{ "container_port": UDP_PORT, "protocol": "UDP" }]);
+    let (id, address) = create_running(&api, &challenge, target_port).await;
+    let (said, sent) = udp_exchange(address, Duration::from_secs(5))
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {address} after `running`: {e}"));
+    assert_eq!(
+        said,
+        format!("stack-env udp challenge on {id}\nflag: {}\n", challenge.flag),
+        "{what}"
+    );
+    assert_eq!(sent, 1, "{what}: datagrams sent until one was answered");
+
+    api.delete_stack(&id).await;
+    let gone = udp_time_until_silent(address, GONE_BOUND).await;
+    assert!(
+        gone.is_some(),
+        "{what}: {address} still answers {GONE_BOUND:?} after the delete"
+    );
+    api.finish().await;
 }
 
 /// The kernel this machine runs, which the real nodes share: what a participant's calls reach
