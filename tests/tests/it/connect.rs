@@ -2,9 +2,9 @@
 //! kube-proxy): a platform creates a stack, polls its status, and the participant connects to
 //! `node_public_ip:node_port` and reads the challenge.
 //!
-//! Each test takes ports of its own in 32700-32767, the top of the range the admission policy
+//! Each test takes ports of its own in 32690-32767, the top of the range the admission policy
 //! admits host ports in (31001-32767), as do a few tests of `isolation.rs`, `hostport.rs` and
-//! `preflight.rs` (none is left): kube-proxy on the real nodes forwards every NodePort
+//! `preflight.rs` (free: 32694-32699): kube-proxy on the real nodes forwards every NodePort
 //! Service of the cluster, and the simulated nodes' stacks take theirs below
 //! ([`stack_tests::api::SIMULATED_NODE_PORTS`]).
 
@@ -238,6 +238,56 @@ async fn udp_round_trip(class: Option<&str>, exposure: &str, ports: (u16, u16)) 
         "{what}: {address} still answers {GONE_BOUND:?} after the delete"
     );
     api.finish().await;
+}
+
+/// The request the platforms' own sample sends (`events/create-v1.json`): a challenge with a
+/// TCP and a UDP port, here a container each. Both answer as soon as the stack is `running`.
+#[tokio::test]
+async fn a_stack_with_a_tcp_and_a_udp_port_answers_on_both_in_both_modes() {
+    let cases = [("nodeport", (32690, 32691)), ("hostport", (32692, 32693))];
+    let runs = cases.into_iter().map(|(exposure, ports)| async move {
+        let api = on_real_nodes(exposure, ports, &[]).await;
+        let tcp = Challenge::local(api.registry(), "tcp");
+        let udp = Challenge::local(api.registry(), "udp");
+        let container = |name: &str, challenge: &Challenge| {
+            format!(
+                "    - name: {name}\n      image: {}\n      ports:\n        - containerPort: {}\n          protocol: {}\n      env:\n        - name: FLAG\n          value: \"{}\"\n      resources:\n        limits:\n          cpu: 100m\n          memory: 32Mi\n",
+                challenge.image, challenge.port, challenge.protocol, challenge.flag
+            )
+        };
+        let manifest = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: two-ports\nspec:\n  containers:\n{}{}",
+            container("web", &tcp),
+            container("dns", &udp)
+        );
+        let target_port = json!([
+            { "container_port": tcp.port, "protocol": "TCP" },
+            { "container_port": udp.port, "protocol": "UDP" },
+        ]);
+        let created = api.create(&manifest, target_port).await;
+        assert_eq!(created.status, 201, "{exposure}: {}", created.json);
+        let id = created.stack_id();
+        let (status, _) = poll_status(&api, &id, START_BOUND).await;
+        assert_eq!(status.json["status"], "running", "{exposure}: {}", status.json);
+        let protocols = [&status.json["ports"][0]["protocol"], &status.json["ports"][1]["protocol"]];
+        assert_eq!(protocols, ["TCP", "UDP"], "{exposure}: {}", status.json);
+        let at = |i: usize| -> SocketAddr {
+            let ip = status.json["node_public_ip"].as_str().unwrap_or_default();
+            let port = &status.json["ports"][i]["node_port"];
+            format!("{ip}:{port}").parse().unwrap_or_else(|_| panic!("{exposure}: {}", status.json))
+        };
+
+        let said = banner(&api, at(0)).await;
+        assert!(said.contains(&format!("flag: {}", tcp.flag)), "{exposure}: {said}");
+        let (said, sent) = udp_exchange(at(1), Duration::from_secs(5))
+            .await
+            .unwrap_or_else(|e| panic!("{exposure}: {} after `running`: {e}", at(1)));
+        assert!(said.contains(&format!("flag: {}", udp.flag)), "{exposure}: {said}");
+        assert_eq!(sent, 1, "{exposure}: datagrams sent until one was answered");
+        api.delete_stack(&id).await;
+        api.finish().await;
+    });
+    futures::future::join_all(runs).await;
 }
 
 /// The kernel this machine runs, which the real nodes share: what a participant's calls reach
