@@ -106,12 +106,17 @@ pub async fn udp_exchange(address: SocketAddr, within: Duration) -> std::io::Res
     let mut sent = 0;
     let mut buffer = [0u8; 2048];
     while started.elapsed() < within {
-        socket.send(b"hello\n").await?;
-        sent += 1;
-        // A refusal (ICMP port unreachable) counts as silence: nothing listens yet or still.
-        if let Ok(Ok(n)) = tokio::time::timeout(UDP_RESEND_AFTER, socket.recv(&mut buffer)).await {
+        let resend_at = tokio::time::Instant::now() + UDP_RESEND_AFTER;
+        // A refusal (an earlier datagram's ICMP port unreachable, reported on this send or the
+        // receive) is silence too: nothing listens yet, or any more.
+        match socket.send(b"hello\n").await {
+            Err(e) if e.kind() != std::io::ErrorKind::ConnectionRefused => return Err(e),
+            _ => sent += 1,
+        }
+        if let Ok(Ok(n)) = tokio::time::timeout_at(resend_at, socket.recv(&mut buffer)).await {
             return Ok((String::from_utf8_lossy(&buffer[..n]).into_owned(), sent));
         }
+        tokio::time::sleep_until(resend_at).await;
     }
     Err(std::io::Error::new(
         std::io::ErrorKind::TimedOut,
@@ -164,5 +169,24 @@ mod tests {
         assert!(!has_capability(caps, CAP_NET_RAW));
         assert!(has_capability(caps, CAP_NET_BIND_SERVICE));
         assert!(has_capability("00000000a80425fb", CAP_NET_RAW));
+    }
+
+    #[tokio::test]
+    async fn a_udp_participant_reads_the_answer_and_resends_to_silence_at_its_pace() {
+        let challenge = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let address = challenge.local_addr().unwrap();
+        let answering = tokio::spawn(async move {
+            let mut buffer = [0u8; 64];
+            let (_, from) = challenge.recv_from(&mut buffer).await.unwrap();
+            challenge.send_to(b"flag: CTF{x}\n", from).await.unwrap();
+        });
+        let answer = udp_exchange(address, Duration::from_secs(2)).await.unwrap();
+        assert_eq!(answer, ("flag: CTF{x}\n".to_owned(), 1));
+        answering.await.unwrap();
+
+        // Nothing listens there any more: each refusal waits its turn, no flood of datagrams.
+        let silence = udp_exchange(address, Duration::from_millis(1200)).await.unwrap_err();
+        assert_eq!(silence.to_string(), "no answer to 3 datagrams in 1.2s");
+        assert!(udp_time_until_silent(address, Duration::from_secs(2)).await.is_some());
     }
 }
