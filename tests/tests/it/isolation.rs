@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use http::Method;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use serde_json::json;
@@ -29,6 +29,24 @@ use tokio::net::TcpListener;
 const START_BOUND: Duration = Duration::from_secs(60);
 /// A banner with probes: each closed target may cost the probe's 2 s.
 const PROBES_BOUND: Duration = Duration::from_secs(30);
+
+/// `address:10250` of each real node: its kubelet, which listens on the node's address as on
+/// EKS. Whatever node a stack lands on, its own is among them.
+async fn kubelets(api: &ApiHarness) -> Vec<String> {
+    let stack_nodes = ListParams::default().labels(&format!("role={}", real_nodes::STACK_ROLE));
+    let nodes = Api::<Node>::all(api.env.kube.clone())
+        .list(&stack_nodes)
+        .await
+        .expect("list the real nodes");
+    let address = |node: &Node| {
+        let addresses = node.status.as_ref()?.addresses.as_ref()?;
+        let internal = addresses.iter().find(|a| a.type_ == "InternalIP")?;
+        Some(format!("{}:10250", internal.address))
+    };
+    let kubelets: Vec<String> = nodes.items.iter().filter_map(address).collect();
+    assert_eq!(kubelets.len(), api.env.settings.real_nodes, "{kubelets:?}");
+    kubelets
+}
 
 /// `probe <target>: open|closed` lines of a banner, by target.
 fn probes(banner: &str) -> BTreeMap<String, String> {
@@ -223,7 +241,8 @@ async fn isolation_seen_from_a_stack(runtime_class: Option<&str>, ports: (&str, 
         (cluster_dns::INTERNET_NAME.to_owned(), vec![internet_host.clone()]),
     ]);
     let names = answers.keys().cloned().collect::<Vec<_>>().join(" ");
-    let controls = [
+    let kubelets = kubelets(&api).await;
+    let mut controls = vec![
         metadata.clone(),
         apiserver.clone(),
         vpc.to_string(),
@@ -231,6 +250,7 @@ async fn isolation_seen_from_a_stack(runtime_class: Option<&str>, ports: (&str, 
         dns.clone(),
         dns_metrics.clone(),
     ];
+    controls.extend(kubelets.iter().cloned());
     let (control_pods, control_name, control_ip) = control_pod(&api, &controls.join(" "), &names).await;
 
     // Outside the isolation every target answers (the network carries them) and the names
@@ -249,7 +269,7 @@ async fn isolation_seen_from_a_stack(runtime_class: Option<&str>, ports: (&str, 
     assert_eq!(lookups(&control), answers, "control: {control}");
 
     // A participant's shell in a stack.
-    let targets = [
+    let mut targets = vec![
         metadata.clone(),
         apiserver.clone(),
         vpc.to_string(),
@@ -260,6 +280,7 @@ async fn isolation_seen_from_a_stack(runtime_class: Option<&str>, ports: (&str, 
         dns_metrics.clone(),
         internet.to_string(),
     ];
+    targets.extend(kubelets.iter().cloned());
     let shell = Challenge::local(&registry, "tcp")
         .with_env("PROBES", &targets.join(" "))
         .with_env("LOOKUPS", &names);
@@ -274,17 +295,19 @@ async fn isolation_seen_from_a_stack(runtime_class: Option<&str>, ports: (&str, 
         .expect("the stack's own port");
     assert!(said.contains(&shell.flag), "{said}");
     let seen = probes(&said);
-    let expected = [
-        (&metadata, "closed"),
-        (&apiserver, "closed"),
-        (&vpc.to_string(), "closed"),
-        (&neighbour_pod, "closed"),
-        (&neighbour_public.to_string(), "closed"),
-        (&dns, "open"),
-        (&dns_through_service, "open"),
-        (&dns_metrics, "closed"),
-        (&internet.to_string(), "open"),
+    let mut expected = vec![
+        (metadata.clone(), "closed"),
+        (apiserver.clone(), "closed"),
+        (vpc.to_string(), "closed"),
+        (neighbour_pod.clone(), "closed"),
+        (neighbour_public.to_string(), "closed"),
+        (dns.clone(), "open"),
+        (dns_through_service.clone(), "open"),
+        (dns_metrics.clone(), "closed"),
+        (internet.to_string(), "open"),
     ];
+    // The node's own services, its own node's included.
+    expected.extend(kubelets.iter().map(|kubelet| (kubelet.clone(), "closed")));
     let wrong: Vec<String> = expected
         .iter()
         .filter(|(target, state)| seen.get(target.as_str()).map(String::as_str) != Some(*state))
