@@ -24,7 +24,7 @@ use stack_tests::challenges::Challenge;
 use stack_tests::env::{cluster_dns, real_nodes, unique_name};
 use stack_tests::participant::{address_of, read_all, read_all_within};
 use stack_tests::tenants::{ALL_OPERATOR, CTF_PLATFORM, WARGAME_PLATFORM};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UdpSocket};
 
 const START_BOUND: Duration = Duration::from_secs(60);
 /// A banner with probes: each closed target may cost the probe's 2 s.
@@ -87,6 +87,20 @@ async fn listener_on(host: &str) -> (SocketAddr, tokio::task::JoinHandle<()>) {
         }
     });
     (addr, task)
+}
+
+/// [`listener_on`] over UDP: it answers every datagram, as a resolver or any UDP service
+/// would. Its probe target, `udp:host:port`.
+async fn udp_responder_on(host: &str) -> (String, tokio::task::JoinHandle<()>) {
+    let socket = UdpSocket::bind((host, 0)).await.expect("bind a test host");
+    let addr = socket.local_addr().expect("address");
+    let task = tokio::spawn(async move {
+        let mut datagram = [0u8; 512];
+        while let Ok((_, from)) = socket.recv_from(&mut datagram).await {
+            let _ = socket.send_to(b"answer\n", from).await;
+        }
+    });
+    (format!("udp:{addr}"), task)
 }
 
 async fn wait_running(api: &ApiHarness, key: &str, id: &str) -> SocketAddr {
@@ -201,6 +215,8 @@ async fn isolation_seen_from_a_stack(runtime_class: Option<&str>, ports: (&str, 
     let internet_host = settings.internet_host.clone().expect("STACK_ENV_INTERNET_HOST");
     let (vpc, _vpc_task) = listener_on(&host).await;
     let (internet, _internet_task) = listener_on(&internet_host).await;
+    let (vpc_udp, _vpc_udp_task) = udp_responder_on(&host).await;
+    let (internet_udp, _internet_udp_task) = udp_responder_on(&internet_host).await;
     let apiserver = {
         let config = stack_tests::api::kube_config(&api.env).await;
         let uri = config.cluster_url;
@@ -249,6 +265,8 @@ async fn isolation_seen_from_a_stack(runtime_class: Option<&str>, ports: (&str, 
         internet.to_string(),
         dns.clone(),
         dns_metrics.clone(),
+        vpc_udp.clone(),
+        internet_udp.clone(),
     ];
     controls.extend(kubelets.iter().cloned());
     let (control_pods, control_name, control_ip) = control_pod(&api, &controls.join(" "), &names).await;
@@ -279,6 +297,8 @@ async fn isolation_seen_from_a_stack(runtime_class: Option<&str>, ports: (&str, 
         dns_through_service.clone(),
         dns_metrics.clone(),
         internet.to_string(),
+        vpc_udp.clone(),
+        internet_udp.clone(),
     ];
     targets.extend(kubelets.iter().cloned());
     let shell = Challenge::local(&registry, "tcp")
@@ -305,6 +325,9 @@ async fn isolation_seen_from_a_stack(runtime_class: Option<&str>, ports: (&str, 
         (dns_through_service.clone(), "open"),
         (dns_metrics.clone(), "closed"),
         (internet.to_string(), "open"),
+        // Over UDP as over TCP.
+        (vpc_udp.clone(), "closed"),
+        (internet_udp.clone(), "open"),
     ];
     // The node's own services, its own node's included.
     expected.extend(kubelets.iter().map(|kubelet| (kubelet.clone(), "closed")));
