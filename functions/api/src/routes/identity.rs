@@ -8,7 +8,8 @@ use stack_core::{Action, Principal, Role};
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct Identity {
     pub role: Role,
-    /// The key's tenant; `null` for a key of every tenant.
+    /// The key's tenant; `null` for a key that sees every tenant (`*`, or any key while the
+    /// deployment has one tenant).
     pub tenant: Option<String>,
     /// Whether the key may create stacks.
     pub may_create: bool,
