@@ -80,6 +80,14 @@ impl Challenge {
 
     /// The Pod manifest (YAML).
     pub fn manifest(&self) -> String {
+        let container = self.container("challenge");
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: challenge\n  labels:\n    challenge: stack-env\nspec:\n  containers:\n{container}"
+        )
+    }
+
+    /// The challenge as container `name`, an item of a Pod manifest's `containers` (YAML).
+    pub fn container(&self, name: &str) -> String {
         let mut env = format!("        - name: FLAG\n          value: \"{}\"\n", self.flag);
         for (name, value) in &self.env {
             env.push_str(&format!("        - name: {name}\n          value: \"{value}\"\n"));
@@ -98,7 +106,7 @@ impl Challenge {
             .map(|context| format!("      securityContext: {context}\n"))
             .unwrap_or_default();
         format!(
-            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: challenge\n  labels:\n    challenge: stack-env\nspec:\n  containers:\n    - name: challenge\n      image: {image}\n      ports:\n        - containerPort: {port}\n          protocol: {protocol}\n      env:\n{env}{probe}{security}      resources:\n        limits:\n          cpu: {cpu}\n          memory: 32Mi\n",
+            "    - name: {name}\n      image: {image}\n      ports:\n        - containerPort: {port}\n          protocol: {protocol}\n      env:\n{env}{probe}{security}      resources:\n        limits:\n          cpu: {cpu}\n          memory: 32Mi\n",
             image = self.image,
             cpu = self.cpu,
             port = self.port,

@@ -247,18 +247,12 @@ async fn a_stack_with_a_tcp_and_a_udp_port_answers_on_both_in_both_modes() {
     let cases = [("nodeport", (32690, 32691)), ("hostport", (32692, 32693))];
     let runs = cases.into_iter().map(|(exposure, ports)| async move {
         let api = on_real_nodes(exposure, ports, &[]).await;
-        let tcp = Challenge::local(api.registry(), "tcp");
-        let udp = Challenge::local(api.registry(), "udp");
-        let container = |name: &str, challenge: &Challenge| {
-            format!(
-                "    - name: {name}\n      image: {}\n      ports:\n        - containerPort: {}\n          protocol: {}\n      env:\n        - name: FLAG\n          value: \"{}\"\n      resources:\n        limits:\n          cpu: 100m\n          memory: 32Mi\n",
-                challenge.image, challenge.port, challenge.protocol, challenge.flag
-            )
-        };
+        let tcp = Challenge::local(api.registry(), "tcp").with_cpu("100m");
+        let udp = Challenge::local(api.registry(), "udp").with_cpu("100m");
         let manifest = format!(
             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: two-ports\nspec:\n  containers:\n{}{}",
-            container("web", &tcp),
-            container("dns", &udp)
+            tcp.container("web"),
+            udp.container("dns")
         );
         let target_port = json!([
             { "container_port": tcp.port, "protocol": "TCP" },
@@ -269,12 +263,17 @@ async fn a_stack_with_a_tcp_and_a_udp_port_answers_on_both_in_both_modes() {
         let id = created.stack_id();
         let (status, _) = poll_status(&api, &id, START_BOUND).await;
         assert_eq!(status.json["status"], "running", "{exposure}: {}", status.json);
-        let protocols = [&status.json["ports"][0]["protocol"], &status.json["ports"][1]["protocol"]];
+        let protocols = [
+            &status.json["ports"][0]["protocol"],
+            &status.json["ports"][1]["protocol"],
+        ];
         assert_eq!(protocols, ["TCP", "UDP"], "{exposure}: {}", status.json);
         let at = |i: usize| -> SocketAddr {
             let ip = status.json["node_public_ip"].as_str().unwrap_or_default();
             let port = &status.json["ports"][i]["node_port"];
-            format!("{ip}:{port}").parse().unwrap_or_else(|_| panic!("{exposure}: {}", status.json))
+            format!("{ip}:{port}")
+                .parse()
+                .unwrap_or_else(|_| panic!("{exposure}: {}", status.json))
         };
 
         let said = banner(&api, at(0)).await;
