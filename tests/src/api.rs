@@ -398,7 +398,7 @@ impl ApiHarness {
     /// own clients and views (ports, nodes), configured by `overrides`. Its
     /// [`finish`](Self::finish) leaves both to this harness's.
     pub async fn sandbox(&self, overrides: &[(&str, &str)]) -> Self {
-        let env = TestEnv::connect().await.expect("local environment (run tests/env/up)");
+        let env = self.env.clone();
         let kube = kube_config(&env).await;
         let mut vars = vec![("STACK_NAMESPACE", self.namespace.as_str())];
         vars.extend_from_slice(overrides);

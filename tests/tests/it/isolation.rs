@@ -33,9 +33,9 @@ const PROBES_BOUND: Duration = Duration::from_secs(30);
 /// `address:10250` of each real node: its kubelet, which listens on the node's address as on
 /// EKS. Whatever node a stack lands on, its own is among them.
 async fn kubelets(api: &ApiHarness) -> Vec<String> {
-    let stack_nodes = ListParams::default().labels(&format!("role={}", real_nodes::STACK_ROLE));
+    let (key, value) = real_nodes::REAL_NODE_LABEL;
     let nodes = Api::<Node>::all(api.env.kube.clone())
-        .list(&stack_nodes)
+        .list(&ListParams::default().labels(&format!("{key}={value}")))
         .await
         .expect("list the real nodes");
     let address = |node: &Node| {
