@@ -23,6 +23,9 @@ pub struct History {
 }
 
 /// Reconcile passes and create refusals of the last 24 hours.
+///
+/// Passes are of the whole deployment: a key of one tenant gets none, and only its tenant's
+/// refusals.
 #[utoipa::path(
     get,
     path = "/history",
@@ -32,9 +35,6 @@ pub struct History {
         crate::openapi::KeyedRouteErrors,
     ),
 )]
-///
-/// Passes are of the whole deployment: a key of one tenant gets none, and only its tenant's
-/// refusals.
 pub async fn history(caller: Caller) -> Result<Json<History>, ApiError> {
     let since = Timestamp::now().saturating_sub(WINDOW).unwrap_or(Timestamp::UNIX_EPOCH);
     let store = caller.stacks.store();
