@@ -407,17 +407,11 @@ impl ApiHarness {
 
     /// Removes the harness's namespace (and so its pods and services) and table, unless it is
     /// another's [`sandbox`](Self::sandbox).
-    pub async fn finish(self) {
-        if !self.owns_namespace_and_table {
-            return;
+    pub async fn finish(mut self) {
+        if self.owns_namespace_and_table {
+            remove_namespace_and_table(&self.env, &self.namespace, self.table.name()).await;
         }
-        let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(self.env.kube.clone());
-        for namespace in [self.namespace.clone(), prepull_namespace(&self.namespace)] {
-            let _ = namespaces
-                .delete(&namespace, &kube::api::DeleteParams::background())
-                .await;
-        }
-        let _ = self.table.delete().await;
+        self.owns_namespace_and_table = false;
     }
 
     /// [`assert_nothing_left`](Self::assert_nothing_left), then [`finish`](Self::finish): how a
@@ -517,6 +511,49 @@ fn managed() -> ListParams {
 }
 
 /// The pre-pull namespace of a test's stack namespace.
+/// A harness dropped without [`finish`](ApiHarness::finish), as a failing test's is, removes
+/// what it owns all the same: its namespace would keep holding the fixed ports of its stacks
+/// (a rerun's would collide with them) and its table would stay. It blocks on a runtime and
+/// clients of its own, as the test's runtime may be the thread it blocks.
+impl Drop for ApiHarness {
+    fn drop(&mut self) {
+        if !self.owns_namespace_and_table {
+            return;
+        }
+        let settings = self.env.settings.clone();
+        let (namespace, table) = (self.namespace.clone(), self.table.name().to_owned());
+        let cleanup = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+                return;
+            };
+            runtime.block_on(async {
+                let removed = async {
+                    if let Ok(env) = TestEnv::with_settings(settings).await {
+                        remove_namespace_and_table(&env, &namespace, &table).await;
+                    }
+                };
+                // A fault test may end with a component paused: never wait on it for long.
+                let _ = tokio::time::timeout(CLEANUP_BOUND, removed).await;
+            });
+        });
+        let _ = cleanup.join();
+    }
+}
+
+const CLEANUP_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Deletes a harness's namespaces (its own and its pre-pull's) and its table, whatever is
+/// already gone.
+async fn remove_namespace_and_table(env: &TestEnv, namespace: &str, table: &str) {
+    let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(env.kube.clone());
+    for namespace in [namespace.to_owned(), prepull_namespace(namespace)] {
+        let _ = namespaces
+            .delete(&namespace, &kube::api::DeleteParams::background())
+            .await;
+    }
+    let _ = env.dynamodb.delete_table().table_name(table).send().await;
+}
+
 pub fn prepull_namespace(namespace: &str) -> String {
     format!("{namespace}-pp")
 }

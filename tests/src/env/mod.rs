@@ -49,7 +49,11 @@ pub struct TestEnv {
 impl TestEnv {
     /// Connects with the settings of `env.sh` (see [`EnvSettings::load`]).
     pub async fn connect() -> Result<Self, EnvError> {
-        let settings = EnvSettings::load()?;
+        Self::with_settings(EnvSettings::load()?).await
+    }
+
+    /// Connects with `settings` (e.g. another's, on a runtime of its own).
+    pub async fn with_settings(settings: EnvSettings) -> Result<Self, EnvError> {
         let kube = kube_client(&settings).await?;
         let dynamodb = dynamodb_client(&settings);
         Ok(Self {

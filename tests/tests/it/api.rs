@@ -1005,3 +1005,40 @@ async fn list_pages_walk_every_stack_once_oldest_first() {
     }
     api.finish().await;
 }
+
+/// A failing test never reaches `finish`: its harness, dropped as the panic unwinds, still
+/// removes its namespace (with the stacks and the node ports they hold, which a rerun of the
+/// test would need) and its table.
+#[tokio::test]
+async fn a_harness_dropped_by_a_failing_test_leaves_no_namespace_or_table() {
+    let api = ApiHarness::start().await;
+    let created = api.create_web().await;
+    assert_eq!(created.status, 201, "{}", created.json);
+    let (env, namespace, table) = (api.env.clone(), api.namespace.clone(), api.table.name().to_owned());
+    let namespaces = kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(env.kube.clone());
+    let uid = namespaces.get(&namespace).await.unwrap().metadata.uid.unwrap();
+
+    let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let _api = api;
+        panic!("the test failed here");
+    }));
+    assert!(failed.is_err());
+
+    stack_tests::env::wait_for(
+        &namespaces,
+        &namespace,
+        "the failed test's namespace deleted",
+        Duration::from_secs(60),
+        kube::runtime::conditions::is_deleted(&uid),
+    )
+    .await
+    .unwrap();
+    let described = env.dynamodb.describe_table().table_name(&table).send().await;
+    let error = described.expect_err("the failed test's table is deleted");
+    assert!(
+        error
+            .as_service_error()
+            .is_some_and(|e| e.is_resource_not_found_exception()),
+        "{error:?}"
+    );
+}
