@@ -26,6 +26,8 @@ pub struct Challenge {
     pub cpu: String,
     /// The container's `securityContext` as YAML, when the author hardens it.
     pub security_context: Option<String>,
+    /// The node the pod must run on (a required node affinity to its hostname), if one.
+    pub node: Option<String>,
 }
 
 impl Challenge {
@@ -54,6 +56,7 @@ impl Challenge {
             // takes two seconds to start (bench-connect measures it).
             cpu: "200m".to_owned(),
             security_context: None,
+            node: None,
         }
     }
 
@@ -78,11 +81,26 @@ impl Challenge {
         self
     }
 
+    /// Pins the pod to node `name`, as an author may.
+    pub fn on_node(mut self, name: &str) -> Self {
+        self.node = Some(name.to_owned());
+        self
+    }
+
     /// The Pod manifest (YAML).
     pub fn manifest(&self) -> String {
         let container = self.container("challenge");
+        let node = self
+            .node
+            .as_ref()
+            .map(|name| {
+                format!(
+                    "  affinity:\n    nodeAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n        nodeSelectorTerms:\n          - matchExpressions:\n              - {{key: kubernetes.io/hostname, operator: In, values: [{name}]}}\n"
+                )
+            })
+            .unwrap_or_default();
         format!(
-            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: challenge\n  labels:\n    challenge: stack-env\nspec:\n  containers:\n{container}"
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: challenge\n  labels:\n    challenge: stack-env\nspec:\n{node}  containers:\n{container}"
         )
     }
 

@@ -100,28 +100,45 @@ const UDP_RESEND_AFTER: Duration = Duration::from_millis(500);
 /// [`UDP_RESEND_AFTER`] until a datagram comes back or `within` ends. The answer and how many
 /// lines it took.
 pub async fn udp_exchange(address: SocketAddr, within: Duration) -> std::io::Result<(String, u32)> {
-    let socket = UdpSocket::bind("0.0.0.0:0").await?;
-    socket.connect(address).await?;
-    let started = Instant::now();
-    let mut sent = 0;
-    let mut buffer = [0u8; 2048];
-    while started.elapsed() < within {
-        let resend_at = tokio::time::Instant::now() + UDP_RESEND_AFTER;
-        // A refusal (an earlier datagram's ICMP port unreachable, reported on this send or the
-        // receive) is silence too: nothing listens yet, or any more.
-        match socket.send(b"hello\n").await {
-            Err(e) if e.kind() != std::io::ErrorKind::ConnectionRefused => return Err(e),
-            _ => sent += 1,
-        }
-        if let Ok(Ok(n)) = tokio::time::timeout_at(resend_at, socket.recv(&mut buffer)).await {
-            return Ok((String::from_utf8_lossy(&buffer[..n]).into_owned(), sent));
-        }
-        tokio::time::sleep_until(resend_at).await;
+    UdpParticipant::connect(address).await?.exchange(within).await
+}
+
+/// A participant's `nc -u`: one socket, kept for as long as the participant keeps it open.
+pub struct UdpParticipant {
+    socket: UdpSocket,
+}
+
+impl UdpParticipant {
+    pub async fn connect(address: SocketAddr) -> std::io::Result<Self> {
+        let socket = UdpSocket::bind("0.0.0.0:0").await?;
+        socket.connect(address).await?;
+        Ok(Self { socket })
     }
-    Err(std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        format!("no answer to {sent} datagrams in {within:?}"),
-    ))
+
+    /// Sends a line and again every [`UDP_RESEND_AFTER`] until a datagram comes back or
+    /// `within` ends: the answer and how many lines it took.
+    pub async fn exchange(&self, within: Duration) -> std::io::Result<(String, u32)> {
+        let started = Instant::now();
+        let mut sent = 0;
+        let mut buffer = [0u8; 2048];
+        while started.elapsed() < within {
+            let resend_at = tokio::time::Instant::now() + UDP_RESEND_AFTER;
+            // A refusal (an earlier datagram's ICMP port unreachable, reported on this send or
+            // the receive) is silence too: nothing listens yet, or any more.
+            match self.socket.send(b"hello\n").await {
+                Err(e) if e.kind() != std::io::ErrorKind::ConnectionRefused => return Err(e),
+                _ => sent += 1,
+            }
+            if let Ok(Ok(n)) = tokio::time::timeout_at(resend_at, self.socket.recv(&mut buffer)).await {
+                return Ok((String::from_utf8_lossy(&buffer[..n]).into_owned(), sent));
+            }
+            tokio::time::sleep_until(resend_at).await;
+        }
+        Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer to {sent} datagrams in {within:?}"),
+        ))
+    }
 }
 
 /// How long until `address` no longer answers a datagram (the stack is gone), each try a new

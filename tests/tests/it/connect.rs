@@ -4,7 +4,7 @@
 //!
 //! Each test takes ports of its own in 32690-32767, the top of the range the admission policy
 //! admits host ports in (31001-32767), as do a few tests of `isolation.rs`, `hostport.rs` and
-//! `preflight.rs` (free: 32694-32699): kube-proxy on the real nodes forwards every NodePort
+//! `preflight.rs` (free: 32696-32699): kube-proxy on the real nodes forwards every NodePort
 //! Service of the cluster, and the simulated nodes' stacks take theirs below
 //! ([`stack_tests::api::SIMULATED_NODE_PORTS`]).
 
@@ -21,8 +21,8 @@ use stack_tests::api::{ApiHarness, Reply, WEB_POD, exposed_on};
 use stack_tests::challenges::{Challenge, UDP_PORT};
 use stack_tests::env::real_nodes::{GVISOR_RUNTIME_CLASS, enforcer_syncs, node_name};
 use stack_tests::participant::{
-    CAP_NET_RAW, address_of, has_capability, http_get, read_all, status_field, time_until_answered, time_until_refused,
-    udp_exchange, udp_time_until_silent,
+    CAP_NET_RAW, UdpParticipant, address_of, has_capability, http_get, read_all, status_field, time_until_answered,
+    time_until_refused, udp_exchange, udp_time_until_silent,
 };
 use stack_tests::reconciler::TestReconciler;
 
@@ -238,6 +238,49 @@ async fn udp_round_trip(class: Option<&str>, exposure: &str, ports: (u16, u16)) 
         "{what}: {address} still answers {GONE_BOUND:?} after the delete"
     );
     api.finish().await;
+}
+
+/// A participant who keeps `nc -u` open, typing, while the platform restarts the challenge (the
+/// stack deleted, a new one made on the same node and port) reaches the new stack from that same
+/// socket: no connection-tracking entry to the old pod's address keeps its datagrams (portmap
+/// and kube-proxy clear a UDP port's entries when its target changes).
+#[tokio::test]
+async fn a_udp_participant_who_keeps_its_socket_reaches_the_stack_made_again_on_its_port() {
+    let cases = [("nodeport", 32694), ("hostport", 32695)];
+    let runs = cases.into_iter().map(|(exposure, port)| async move {
+        let api = on_real_nodes(exposure, (port, port), &[]).await;
+        // One node for both stacks, so that the participant's address is the same; not the
+        // fork bomb's.
+        let challenge = Challenge::local(api.registry(), "udp").on_node(&node_name(2));
+        let target_port = json!([{ "container_port": UDP_PORT, "protocol": "UDP" }]);
+        let (first, address) = create_running(&api, &challenge, target_port.clone()).await;
+        let participant = UdpParticipant::connect(address).await.unwrap();
+        let (said, _) = participant
+            .exchange(Duration::from_secs(5))
+            .await
+            .unwrap_or_else(|e| panic!("{exposure}: {address}: {e}"));
+        assert!(said.contains(&first), "{exposure}: {said}");
+
+        api.delete_stack(&first).await;
+        let deleted = Instant::now();
+        while participant.exchange(Duration::from_millis(500)).await.is_ok() {
+            assert!(deleted.elapsed() < GONE_BOUND, "{exposure}: {address} still answers");
+        }
+        // The port is free once the old pod is gone (until then a create answers 503).
+        let left = api.managed_pods_once_deleted_ones_are_gone().await;
+        assert!(left.is_empty(), "{exposure}: the deleted stack's pod is still there");
+        let (second, again) = create_running(&api, &challenge, target_port).await;
+        assert_eq!(again, address, "{exposure}: the same node and port");
+        let (said, sent) = participant
+            .exchange(Duration::from_secs(5))
+            .await
+            .unwrap_or_else(|e| panic!("{exposure}: the same socket to {address} after the new stack runs: {e}"));
+        assert!(said.contains(&second), "{exposure}: {said}");
+        assert_eq!(sent, 1, "{exposure}: datagrams sent until the new stack answered");
+        api.delete_stack(&second).await;
+        api.finish().await;
+    });
+    futures::future::join_all(runs).await;
 }
 
 /// The request the platforms' own sample sends (`events/create-v1.json`): a challenge with a
@@ -707,24 +750,16 @@ async fn a_fork_bomb_in_one_stack_leaves_its_neighbour_answering_and_the_node_re
     const NODE: &str = "stack-node-1";
     let api = on_real_nodes("hostport", (32706, 32707), &[]).await;
     // Both on the same node: the neighbour shares its kernel and its kubelet.
-    let on_node = |challenge: Challenge| {
-        challenge.manifest().replace(
-            "spec:\n",
-            &format!(
-                "spec:\n  affinity:\n    nodeAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n        nodeSelectorTerms:\n          - matchExpressions:\n              - {{key: kubernetes.io/hostname, operator: In, values: [{NODE}]}}\n"
-            ),
-        )
-    };
-    let neighbour = Challenge::local(api.registry(), "tcp");
-    let created = api.create(&on_node(neighbour.clone()), json!(8080)).await;
+    let neighbour = Challenge::local(api.registry(), "tcp").on_node(NODE);
+    let created = api.create(&neighbour.manifest(), json!(8080)).await;
     assert_eq!(created.status, 201, "{}", created.json);
     let neighbour_id = created.stack_id();
     let (status, _) = poll_status(&api, &neighbour_id, START_BOUND).await;
     let address = address_of(&status.json).expect("address");
 
     // A participant's fork bomb: the container's shell forks without end.
-    let bomb = Challenge::local(api.registry(), "tcp");
-    let bomb_manifest = on_node(bomb).replace(
+    let bomb = Challenge::local(api.registry(), "tcp").on_node(NODE);
+    let bomb_manifest = bomb.manifest().replace(
         "      env:\n",
         "      command: [sh, -c, 'bomb() { bomb | bomb & }; bomb; sleep 3600']\n      env:\n",
     );
