@@ -543,8 +543,17 @@ impl Drop for ApiHarness {
 const CLEANUP_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Deletes a harness's namespaces (its own and its pre-pull's) and its table, whatever is
-/// already gone.
+/// already gone. Its pods first, with the one-second grace a stack's delete gives them, so
+/// that the ports they hold are free as soon as after a delete (a namespace's deletion
+/// gives each pod its own grace, 30 s by default).
 async fn remove_namespace_and_table(env: &TestEnv, namespace: &str, table: &str) {
+    let pods: Api<Pod> = Api::namespaced(env.kube.clone(), namespace);
+    let _ = pods
+        .delete_collection(
+            &kube::api::DeleteParams::default().grace_period(1),
+            &ListParams::default(),
+        )
+        .await;
     let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(env.kube.clone());
     for namespace in [namespace.to_owned(), prepull_namespace(namespace)] {
         let _ = namespaces

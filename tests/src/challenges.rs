@@ -28,6 +28,8 @@ pub struct Challenge {
     pub security_context: Option<String>,
     /// The node the pod must run on (a required node affinity to its hostname), if one.
     pub node: Option<String>,
+    /// A shell script run instead of the image's entrypoint (`command: [sh, -c, ...]`), if one.
+    pub script: Option<String>,
 }
 
 impl Challenge {
@@ -57,6 +59,7 @@ impl Challenge {
             cpu: "200m".to_owned(),
             security_context: None,
             node: None,
+            script: None,
         }
     }
 
@@ -78,6 +81,13 @@ impl Challenge {
     /// With the container's `securityContext`, a YAML flow mapping such as `{runAsUser: 1000}`.
     pub fn with_security_context(mut self, context: &str) -> Self {
         self.security_context = Some(context.to_owned());
+        self
+    }
+
+    /// Runs `script` (no single quote in it) with the image's `sh` instead of its entrypoint,
+    /// as a participant with a shell would.
+    pub fn with_script(mut self, script: &str) -> Self {
+        self.script = Some(script.to_owned());
         self
     }
 
@@ -123,8 +133,13 @@ impl Challenge {
             .as_ref()
             .map(|context| format!("      securityContext: {context}\n"))
             .unwrap_or_default();
+        let command = self
+            .script
+            .as_ref()
+            .map(|script| format!("      command: [sh, -c, '{script}']\n"))
+            .unwrap_or_default();
         format!(
-            "    - name: {name}\n      image: {image}\n      ports:\n        - containerPort: {port}\n          protocol: {protocol}\n      env:\n{env}{probe}{security}      resources:\n        limits:\n          cpu: {cpu}\n          memory: 32Mi\n",
+            "    - name: {name}\n      image: {image}\n{command}      ports:\n        - containerPort: {port}\n          protocol: {protocol}\n      env:\n{env}{probe}{security}      resources:\n        limits:\n          cpu: {cpu}\n          memory: 32Mi\n",
             image = self.image,
             cpu = self.cpu,
             port = self.port,

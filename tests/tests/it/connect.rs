@@ -4,7 +4,7 @@
 //!
 //! Each test takes ports of its own in 32690-32767, the top of the range the admission policy
 //! admits host ports in (31001-32767), as do a few tests of `isolation.rs`, `hostport.rs` and
-//! `preflight.rs` (free: 32696-32699): kube-proxy on the real nodes forwards every NodePort
+//! `preflight.rs` (free: 32697-32699): kube-proxy on the real nodes forwards every NodePort
 //! Service of the cluster, and the simulated nodes' stacks take theirs below
 //! ([`stack_tests::api::SIMULATED_NODE_PORTS`]).
 
@@ -744,6 +744,48 @@ async fn a_runtime_class_the_cluster_lacks_refuses_creates_with_503_naming_it() 
     api.finish().await;
 }
 
+/// A participant who fills the disk from a shell (here the challenge's own `dd`, once it runs)
+/// meets the stack's ephemeral-storage limit, not the node's disk: the kubelet evicts the pod,
+/// the stack ends `failed` `evicted` with the kubelet's words, and its port serves the next
+/// stack.
+#[tokio::test]
+async fn a_stack_that_fills_its_disk_is_evicted_and_its_port_serves_the_next() {
+    let api = on_real_nodes("nodeport", (32696, 32696), &[("STACK_EPHEMERAL_STORAGE_LIMIT", "32Mi")]).await;
+    let filler = Challenge::local(api.registry(), "tcp")
+        .with_script("nc -ll -p 8080 -e /bin/banner & sleep 2; dd if=/dev/zero of=/fill bs=1M count=64; wait");
+    let (id, address) = create_running(&api, &filler, json!(8080)).await;
+    assert!(banner(&api, address).await.contains(&filler.flag));
+
+    // The kubelet measures every 10 s.
+    let started = Instant::now();
+    let status = loop {
+        let reply = api.call(Method::GET, &format!("/stacks/{id}/status"), None).await;
+        if reply.json["status"] != "running" {
+            break reply.json;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(45),
+            "not evicted: {}",
+            reply.json
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert_eq!(
+        (&status["status"], &status["reason"]),
+        (&json!("failed"), &json!("evicted")),
+        "{status}"
+    );
+    let message = status["message"].as_str().unwrap_or_default();
+    assert!(message.contains("ephemeral local storage"), "{status}");
+
+    // Its one port of the range is free for the next stack.
+    let next = Challenge::local(api.registry(), "tcp");
+    let (next_id, address) = create_running(&api, &next, json!(8080)).await;
+    assert!(banner(&api, address).await.contains(&next.flag));
+    api.delete_stack(&next_id).await;
+    api.finish().await;
+}
+
 #[tokio::test]
 async fn a_fork_bomb_in_one_stack_leaves_its_neighbour_answering_and_the_node_ready() {
     use k8s_openapi::api::core::v1::Node;
@@ -758,12 +800,10 @@ async fn a_fork_bomb_in_one_stack_leaves_its_neighbour_answering_and_the_node_re
     let address = address_of(&status.json).expect("address");
 
     // A participant's fork bomb: the container's shell forks without end.
-    let bomb = Challenge::local(api.registry(), "tcp").on_node(NODE);
-    let bomb_manifest = bomb.manifest().replace(
-        "      env:\n",
-        "      command: [sh, -c, 'bomb() { bomb | bomb & }; bomb; sleep 3600']\n      env:\n",
-    );
-    let created = api.create(&bomb_manifest, json!(8080)).await;
+    let bomb = Challenge::local(api.registry(), "tcp")
+        .on_node(NODE)
+        .with_script("bomb() { bomb | bomb & }; bomb; sleep 3600");
+    let created = api.create(&bomb.manifest(), json!(8080)).await;
     assert_eq!(created.status, 201, "{}", created.json);
     let bomb_id = created.stack_id();
     tokio::time::sleep(Duration::from_secs(10)).await;
