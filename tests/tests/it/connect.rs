@@ -4,7 +4,7 @@
 //!
 //! Each test takes ports of its own in 32690-32767, the top of the range the admission policy
 //! admits host ports in (31001-32767), as do a few tests of `isolation.rs`, `hostport.rs` and
-//! `preflight.rs` (free: 32697-32699): kube-proxy on the real nodes forwards every NodePort
+//! `preflight.rs` (free: 32698-32699): kube-proxy on the real nodes forwards every NodePort
 //! Service of the cluster, and the simulated nodes' stacks take theirs below
 //! ([`stack_tests::api::SIMULATED_NODE_PORTS`]).
 
@@ -31,6 +31,9 @@ const START_BOUND: Duration = Duration::from_secs(30);
 /// Longest a deleted stack's port may keep answering: the kubelet kills the container, or
 /// kube-proxy drops the Service's rules, within a few seconds.
 const GONE_BOUND: Duration = Duration::from_secs(15);
+/// Longest a stack past its ephemeral-storage limit may run: the kubelet's eviction manager
+/// measures every 10 s.
+const EVICTED_WITHIN: Duration = Duration::from_secs(45);
 
 /// A harness over the real nodes whose stacks take `ports` (inclusive) of the range.
 async fn on_real_nodes(exposure: &str, ports: (u16, u16), extra: &[(&str, &str)]) -> ApiHarness {
@@ -745,45 +748,48 @@ async fn a_runtime_class_the_cluster_lacks_refuses_creates_with_503_naming_it() 
 }
 
 /// A participant who fills the disk from a shell (here the challenge's own `dd`, once it runs)
-/// meets the stack's ephemeral-storage limit, not the node's disk: the kubelet evicts the pod,
-/// the stack ends `failed` `evicted` with the kubelet's words, and its port serves the next
-/// stack.
+/// meets the stack's ephemeral-storage limit, not the node's disk, under runc as under gVisor:
+/// the kubelet evicts the pod, the stack ends `failed` `evicted` with the kubelet's words, and
+/// its port serves the next stack.
 #[tokio::test]
 async fn a_stack_that_fills_its_disk_is_evicted_and_its_port_serves_the_next() {
-    let api = on_real_nodes("nodeport", (32696, 32696), &[("STACK_EPHEMERAL_STORAGE_LIMIT", "32Mi")]).await;
-    let filler = Challenge::local(api.registry(), "tcp")
-        .with_script("nc -ll -p 8080 -e /bin/banner & sleep 2; dd if=/dev/zero of=/fill bs=1M count=64; wait");
-    let (id, address) = create_running(&api, &filler, json!(8080)).await;
-    assert!(banner(&api, address).await.contains(&filler.flag));
+    let cases = [(None, 32696), (Some(GVISOR_RUNTIME_CLASS), 32697)];
+    let runs = cases.into_iter().map(|(class, port)| async move {
+        let what = class.unwrap_or("runc");
+        let mut extra = vec![("STACK_EPHEMERAL_STORAGE_LIMIT", "32Mi")];
+        extra.extend(class.map(|c| ("STACK_RUNTIME_CLASS", c)));
+        let api = on_real_nodes("nodeport", (port, port), &extra).await;
+        let filler = Challenge::local(api.registry(), "tcp")
+            .with_script("nc -ll -p 8080 -e /bin/banner & sleep 2; dd if=/dev/zero of=/fill bs=1M count=64; wait");
+        let (id, address) = create_running(&api, &filler, json!(8080)).await;
+        assert!(banner(&api, address).await.contains(&filler.flag), "{what}");
 
-    // The kubelet measures every 10 s.
-    let started = Instant::now();
-    let status = loop {
-        let reply = api.call(Method::GET, &format!("/stacks/{id}/status"), None).await;
-        if reply.json["status"] != "running" {
-            break reply.json;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(45),
-            "not evicted: {}",
-            reply.json
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
-    assert_eq!(
-        (&status["status"], &status["reason"]),
-        (&json!("failed"), &json!("evicted")),
-        "{status}"
-    );
-    let message = status["message"].as_str().unwrap_or_default();
-    assert!(message.contains("ephemeral local storage"), "{status}");
+        let started = Instant::now();
+        let status = loop {
+            let reply = api.call(Method::GET, &format!("/stacks/{id}/status"), None).await;
+            if reply.json["status"] != "running" {
+                break reply.json;
+            }
+            assert!(
+                started.elapsed() < EVICTED_WITHIN,
+                "{what}: not evicted: {}",
+                reply.json
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        let failure = (&status["status"], &status["reason"]);
+        assert_eq!(failure, (&json!("failed"), &json!("evicted")), "{what}: {status}");
+        let message = status["message"].as_str().unwrap_or_default();
+        assert!(message.contains("ephemeral local storage"), "{what}: {status}");
 
-    // Its one port of the range is free for the next stack.
-    let next = Challenge::local(api.registry(), "tcp");
-    let (next_id, address) = create_running(&api, &next, json!(8080)).await;
-    assert!(banner(&api, address).await.contains(&next.flag));
-    api.delete_stack(&next_id).await;
-    api.finish().await;
+        // Its one port of the range is free for the next stack.
+        let next = Challenge::local(api.registry(), "tcp");
+        let (next_id, address) = create_running(&api, &next, json!(8080)).await;
+        assert!(banner(&api, address).await.contains(&next.flag), "{what}");
+        api.delete_stack(&next_id).await;
+        api.finish().await;
+    });
+    futures::future::join_all(runs).await;
 }
 
 #[tokio::test]
