@@ -305,14 +305,18 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
   stream_server_port = "0"
 TOML
     # gVisor (runsc) for the RuntimeClass gvisor: systrap, the platform that needs no KVM (what
-    # these VMs and most EC2 instances offer), and the manifest's seccomp profile applied inside
-    # the sandbox as well (runsc ignores it unless told).
+    # these VMs and most EC2 instances offer), the manifest's seccomp profile applied inside
+    # the sandbox as well (runsc ignores it unless told), and the root filesystem's writes kept
+    # in the sandbox's memory, so that they count against the pod's memory limit at once
+    # (runsc's default backs them with a file on the node's disk, which the kubelet measures
+    # only every 10 s).
     cat >"$root/runsc.toml" <<TOML
 binary_name = "$BIN_DIR/runsc"
 root = "$root/runsc"
 [runsc_config]
   platform = "systrap"
   oci-seccomp = "true"
+  overlay2 = "root:memory"
 TOML
     # bridge + host-local + portmap, as the probe of real-nodes.md ran it; no masquerading:
     # pod addresses are routed (host and nodes know every pod subnet), as in a VPC.

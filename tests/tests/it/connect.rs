@@ -4,7 +4,7 @@
 //!
 //! Each test takes ports of its own in 32690-32767, the top of the range the admission policy
 //! admits host ports in (31001-32767), as do a few tests of `isolation.rs`, `hostport.rs` and
-//! `preflight.rs` (free: 32698-32699): kube-proxy on the real nodes forwards every NodePort
+//! `preflight.rs` (none free): kube-proxy on the real nodes forwards every NodePort
 //! Service of the cluster, and the simulated nodes' stacks take theirs below
 //! ([`stack_tests::api::SIMULATED_NODE_PORTS`]).
 
@@ -747,22 +747,49 @@ async fn a_runtime_class_the_cluster_lacks_refuses_creates_with_503_naming_it() 
     api.finish().await;
 }
 
-/// A participant who fills the disk from a shell (here the challenge's own `dd`, once it runs)
-/// meets the stack's ephemeral-storage limit, not the node's disk, under runc as under gVisor:
-/// the kubelet evicts the pod, the stack ends `failed` `evicted` with the kubelet's words, and
-/// its port serves the next stack.
+/// A participant who fills the disk from a shell (here a second port that runs `dd` for
+/// whoever connects) does not fill the node's: under runc the kubelet evicts the pod past its
+/// ephemeral-storage limit (`evicted`, with the kubelet's words); under gVisor, whose root
+/// filesystem the nodes keep in the sandbox's memory, the writes meet the memory limit at once
+/// (`container_exited`, OOMKilled). Either way its port serves the next stack.
 #[tokio::test]
-async fn a_stack_that_fills_its_disk_is_evicted_and_its_port_serves_the_next() {
-    let cases = [(None, 32696), (Some(GVISOR_RUNTIME_CLASS), 32697)];
-    let runs = cases.into_iter().map(|(class, port)| async move {
+async fn a_stack_that_fills_its_disk_ends_failed_and_its_port_serves_the_next() {
+    let cases = [
+        (None, (32696, 32697), "evicted", "ephemeral local storage"),
+        (
+            Some(GVISOR_RUNTIME_CLASS),
+            (32698, 32699),
+            "container_exited",
+            "OOMKilled",
+        ),
+    ];
+    let runs = cases.into_iter().map(|(class, ports, reason, words)| async move {
         let what = class.unwrap_or("runc");
         let mut extra = vec![("STACK_EPHEMERAL_STORAGE_LIMIT", "32Mi")];
         extra.extend(class.map(|c| ("STACK_RUNTIME_CLASS", c)));
-        let api = on_real_nodes("nodeport", (port, port), &extra).await;
-        let filler = Challenge::local(api.registry(), "tcp")
-            .with_script("nc -ll -p 8080 -e /bin/banner & sleep 2; dd if=/dev/zero of=/fill bs=1M count=64; wait");
-        let (id, address) = create_running(&api, &filler, json!(8080)).await;
+        let api = on_real_nodes("nodeport", ports, &extra).await;
+        let filler = Challenge::local(api.registry(), "tcp").with_script(
+            "nc -ll -p 8080 -e /bin/banner & nc -l -p 9000 -e dd if=/dev/zero of=/fill bs=1M count=64; wait",
+        );
+        let target_port = json!([{ "container_port": 8080 }, { "container_port": 9000 }]);
+        let manifest = filler.manifest().replace(
+            "          protocol: TCP\n",
+            "          protocol: TCP\n        - containerPort: 9000\n",
+        );
+        let created = api.create(&manifest, target_port).await;
+        assert_eq!(created.status, 201, "{what}: {}", created.json);
+        let id = created.stack_id();
+        let (status, _) = poll_status(&api, &id, START_BOUND).await;
+        assert_eq!(status.json["status"], "running", "{what}: {}", status.json);
+        let address = address_of(&status.json).unwrap_or_else(|| panic!("{what}: {}", status.json));
         assert!(banner(&api, address).await.contains(&filler.flag), "{what}");
+        let shell = SocketAddr::new(
+            address.ip(),
+            status.json["ports"][1]["node_port"].as_u64().unwrap_or(0) as u16,
+        );
+        let _filling = tokio::net::TcpStream::connect(shell)
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {shell}: {e}"));
 
         let started = Instant::now();
         let status = loop {
@@ -772,17 +799,17 @@ async fn a_stack_that_fills_its_disk_is_evicted_and_its_port_serves_the_next() {
             }
             assert!(
                 started.elapsed() < EVICTED_WITHIN,
-                "{what}: not evicted: {}",
+                "{what}: still running: {}",
                 reply.json
             );
             tokio::time::sleep(Duration::from_millis(500)).await;
         };
         let failure = (&status["status"], &status["reason"]);
-        assert_eq!(failure, (&json!("failed"), &json!("evicted")), "{what}: {status}");
+        assert_eq!(failure, (&json!("failed"), &json!(reason)), "{what}: {status}");
         let message = status["message"].as_str().unwrap_or_default();
-        assert!(message.contains("ephemeral local storage"), "{what}: {status}");
+        assert!(message.contains(words), "{what}: {status}");
 
-        // Its one port of the range is free for the next stack.
+        // Its port is free for the next stack.
         let next = Challenge::local(api.registry(), "tcp");
         let (next_id, address) = create_running(&api, &next, json!(8080)).await;
         assert!(banner(&api, address).await.contains(&next.flag), "{what}");
