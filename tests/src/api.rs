@@ -510,7 +510,6 @@ fn managed() -> ListParams {
     ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"))
 }
 
-/// The pre-pull namespace of a test's stack namespace.
 /// A harness dropped without [`finish`](ApiHarness::finish), as a failing test's is, removes
 /// what it owns all the same: its namespace would keep holding the fixed ports of its stacks
 /// (a rerun's would collide with them) and its table would stay. It blocks on a runtime and
@@ -544,8 +543,8 @@ const CLEANUP_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Deletes a harness's namespaces (its own and its pre-pull's) and its table, whatever is
 /// already gone. Its pods first, with the one-second grace a stack's delete gives them, so
-/// that the ports they hold are free as soon as after a delete (a namespace's deletion
-/// gives each pod its own grace, 30 s by default).
+/// that their ports are free as soon as after a stack's delete (a namespace's deletion gives
+/// each pod its own grace, 30 s by default).
 async fn remove_namespace_and_table(env: &TestEnv, namespace: &str, table: &str) {
     let pods: Api<Pod> = Api::namespaced(env.kube.clone(), namespace);
     let _ = pods
@@ -563,6 +562,7 @@ async fn remove_namespace_and_table(env: &TestEnv, namespace: &str, table: &str)
     let _ = env.dynamodb.delete_table().table_name(table).send().await;
 }
 
+/// The pre-pull namespace of a test's stack namespace.
 pub fn prepull_namespace(namespace: &str) -> String {
     format!("{namespace}-pp")
 }
