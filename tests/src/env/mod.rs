@@ -53,7 +53,7 @@ impl TestEnv {
     }
 
     /// Connects with `settings` (e.g. another's, on a runtime of its own).
-    pub async fn with_settings(settings: EnvSettings) -> Result<Self, EnvError> {
+    pub(crate) async fn with_settings(settings: EnvSettings) -> Result<Self, EnvError> {
         let kube = kube_client(&settings).await?;
         let dynamodb = dynamodb_client(&settings);
         Ok(Self {
