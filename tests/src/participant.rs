@@ -13,8 +13,13 @@ const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// `node_public_ip:ports[0].node_port` of a Stack or status answer.
 pub fn address_of(stack: &Value) -> Option<SocketAddr> {
+    port_address(stack, 0)
+}
+
+/// `node_public_ip:ports[i].node_port` of a Stack or status answer.
+pub fn port_address(stack: &Value, i: usize) -> Option<SocketAddr> {
     let ip = stack["node_public_ip"].as_str()?;
-    let port = stack["ports"][0]["node_port"].as_u64()?;
+    let port = stack["ports"][i]["node_port"].as_u64()?;
     format!("{ip}:{port}").parse().ok()
 }
 

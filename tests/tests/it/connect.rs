@@ -21,8 +21,8 @@ use stack_tests::api::{ApiHarness, Reply, WEB_POD, exposed_on};
 use stack_tests::challenges::{Challenge, UDP_PORT};
 use stack_tests::env::real_nodes::{GVISOR_RUNTIME_CLASS, enforcer_syncs, node_name};
 use stack_tests::participant::{
-    CAP_NET_RAW, UdpParticipant, address_of, has_capability, http_get, read_all, status_field, time_until_answered,
-    time_until_refused, udp_exchange, udp_time_until_silent,
+    CAP_NET_RAW, UdpParticipant, address_of, has_capability, http_get, port_address, read_all, status_field,
+    time_until_answered, time_until_refused, udp_exchange, udp_time_until_silent,
 };
 use stack_tests::reconciler::TestReconciler;
 
@@ -53,6 +53,11 @@ async fn on_real_nodes_under(class: Option<&str>, exposure: &str, ports: (u16, u
 /// Polls the status route as a platform does (every 200 ms) until the stack is no longer
 /// `creating`: the last answer, and every status it read on the way.
 async fn poll_status(api: &ApiHarness, id: &str, bound: Duration) -> (Reply, Vec<String>) {
+    poll_status_past(api, id, "creating", bound).await
+}
+
+/// [`poll_status`] until the stack is no longer `from`.
+async fn poll_status_past(api: &ApiHarness, id: &str, from: &str, bound: Duration) -> (Reply, Vec<String>) {
     let started = Instant::now();
     let mut seen = Vec::new();
     loop {
@@ -60,12 +65,12 @@ async fn poll_status(api: &ApiHarness, id: &str, bound: Duration) -> (Reply, Vec
         assert_eq!(reply.status, 200, "{}", reply.json);
         let status = reply.json["status"].as_str().unwrap_or_default().to_owned();
         seen.push(status.clone());
-        if status != "creating" {
+        if status != from {
             return (reply, seen);
         }
         assert!(
             started.elapsed() < bound,
-            "{id} still creating after {bound:?}: {}",
+            "{id} still {from} after {bound:?}: {}",
             reply.json
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -314,13 +319,7 @@ async fn a_stack_with_a_tcp_and_a_udp_port_answers_on_both_in_both_modes() {
             &status.json["ports"][1]["protocol"],
         ];
         assert_eq!(protocols, ["TCP", "UDP"], "{exposure}: {}", status.json);
-        let at = |i: usize| -> SocketAddr {
-            let ip = status.json["node_public_ip"].as_str().unwrap_or_default();
-            let port = &status.json["ports"][i]["node_port"];
-            format!("{ip}:{port}")
-                .parse()
-                .unwrap_or_else(|_| panic!("{exposure}: {}", status.json))
-        };
+        let at = |i: usize| port_address(&status.json, i).unwrap_or_else(|| panic!("{exposure}: {}", status.json));
 
         let said = banner(&api, at(0)).await;
         assert!(said.contains(&format!("flag: {}", tcp.flag)), "{exposure}: {said}");
@@ -783,27 +782,13 @@ async fn a_stack_that_fills_its_disk_ends_failed_and_its_port_serves_the_next() 
         assert_eq!(status.json["status"], "running", "{what}: {}", status.json);
         let address = address_of(&status.json).unwrap_or_else(|| panic!("{what}: {}", status.json));
         assert!(banner(&api, address).await.contains(&filler.flag), "{what}");
-        let shell = SocketAddr::new(
-            address.ip(),
-            status.json["ports"][1]["node_port"].as_u64().unwrap_or(0) as u16,
-        );
+        let shell = port_address(&status.json, 1).unwrap_or_else(|| panic!("{what}: {}", status.json));
         let _filling = tokio::net::TcpStream::connect(shell)
             .await
             .unwrap_or_else(|e| panic!("{what}: {shell}: {e}"));
 
-        let started = Instant::now();
-        let status = loop {
-            let reply = api.call(Method::GET, &format!("/stacks/{id}/status"), None).await;
-            if reply.json["status"] != "running" {
-                break reply.json;
-            }
-            assert!(
-                started.elapsed() < EVICTED_WITHIN,
-                "{what}: still running: {}",
-                reply.json
-            );
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        };
+        let (ended, _) = poll_status_past(&api, &id, "running", EVICTED_WITHIN).await;
+        let status = ended.json;
         let failure = (&status["status"], &status["reason"]);
         assert_eq!(failure, (&json!("failed"), &json!(reason)), "{what}: {status}");
         let message = status["message"].as_str().unwrap_or_default();
