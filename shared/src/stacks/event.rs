@@ -5,7 +5,7 @@
 use k8s_openapi::api::core::v1::Node;
 
 use super::capacity::{Capacity, NodeCapacity};
-use super::forecast::{Expected, Forecast, NodeRoom, Room, forecast};
+use super::forecast::{Expected, Forecast, NodeRoom, Resources, Room, forecast};
 use super::{StackError, Stacks};
 use crate::cluster::{image_names, is_schedulable_stack_node, pod_images};
 use crate::model::{StackId, TargetPort};
@@ -100,8 +100,7 @@ impl Stacks {
         let hardened = self.with_runtime_overhead(hardened).await?;
         Ok(Expected {
             count: stacks.count,
-            requested_cpu_milli: hardened.requested_cpu_milli,
-            requested_memory_bytes: hardened.requested_memory_bytes,
+            each: Resources::of_one_stack(hardened.requested_cpu_milli, hardened.requested_memory_bytes),
             ports: u32::try_from(stacks.target_ports.len()).unwrap_or(u32::MAX),
             images: pod_images(&hardened.pod).cloned().collect(),
         })
@@ -131,9 +130,11 @@ fn node_room(node: &Node, capacity: &Capacity) -> Option<NodeRoom> {
     } = used;
     Some(NodeRoom {
         name,
-        cpu_milli: allocatable_cpu_milli - reserved_cpu_milli,
-        memory_bytes: allocatable_memory_bytes - reserved_memory_bytes,
-        pods: pods - i64::try_from(stacks).unwrap_or(i64::MAX),
+        left: Resources {
+            cpu_milli: allocatable_cpu_milli - reserved_cpu_milli,
+            memory_bytes: allocatable_memory_bytes - reserved_memory_bytes,
+            pods: pods - i64::try_from(stacks).unwrap_or(i64::MAX),
+        },
         images,
     })
 }

@@ -21,12 +21,40 @@ use serde::Serialize;
 
 use crate::cluster::holds_image;
 
+/// CPU, memory and pods: what one stack takes, or what a node has left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Resources {
+    pub(super) cpu_milli: i64,
+    pub(super) memory_bytes: i64,
+    pub(super) pods: i64,
+}
+
+impl Resources {
+    /// One stack's requests (it takes one pod).
+    pub(super) fn of_one_stack(cpu_milli: i64, memory_bytes: i64) -> Self {
+        Self {
+            cpu_milli,
+            memory_bytes,
+            pods: 1,
+        }
+    }
+
+    fn holds(&self, stack: &Resources) -> bool {
+        self.cpu_milli >= stack.cpu_milli && self.memory_bytes >= stack.memory_bytes && self.pods >= stack.pods
+    }
+
+    fn take(&mut self, stack: &Resources) {
+        self.cpu_milli -= stack.cpu_milli;
+        self.memory_bytes -= stack.memory_bytes;
+        self.pods -= stack.pods;
+    }
+}
+
 /// Stacks of one manifest an event expects.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Expected {
     pub(super) count: u32,
-    pub(super) requested_cpu_milli: i64,
-    pub(super) requested_memory_bytes: i64,
+    pub(super) each: Resources,
     pub(super) ports: u32,
     pub(super) images: Vec<String>,
 }
@@ -35,9 +63,7 @@ pub(super) struct Expected {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct NodeRoom {
     pub(super) name: String,
-    pub(super) cpu_milli: i64,
-    pub(super) memory_bytes: i64,
-    pub(super) pods: i64,
+    pub(super) left: Resources,
     /// Image references the node holds (every name the kubelet lists for each image).
     pub(super) images: BTreeSet<String>,
 }
@@ -94,20 +120,20 @@ pub(super) fn forecast(expected: &[Expected], room: &Room) -> Forecast {
         ),
         check(
             "cpu",
-            sum(|e| e.requested_cpu_milli) as f64,
-            nodes_sum(|n| n.cpu_milli) as f64,
+            sum(|e| e.each.cpu_milli) as f64,
+            nodes_sum(|n| n.left.cpu_milli) as f64,
             "CPU millicores left on the stack nodes",
         ),
         check(
             "memory",
-            sum(|e| e.requested_memory_bytes) as f64,
-            nodes_sum(|n| n.memory_bytes) as f64,
+            sum(|e| e.each.memory_bytes) as f64,
+            nodes_sum(|n| n.left.memory_bytes) as f64,
             "bytes of memory left on the stack nodes",
         ),
         check(
             "pods",
             stacks as f64,
-            nodes_sum(|n| n.pods) as f64,
+            nodes_sum(|n| n.left.pods) as f64,
             "pods the stack nodes take",
         ),
         placement(expected, &room.nodes, stacks),
@@ -159,25 +185,24 @@ fn check(limit: &'static str, needed: f64, available: f64, what: &str) -> Check 
 /// How many of the stacks the nodes hold one by one (largest CPU first, each on the node with
 /// the most CPU left that takes it whole).
 fn placement(expected: &[Expected], nodes: &[NodeRoom], stacks: u64) -> Check {
-    let mut left: Vec<(i64, i64, i64)> = nodes.iter().map(|n| (n.cpu_milli, n.memory_bytes, n.pods)).collect();
+    let mut left: Vec<Resources> = nodes.iter().map(|n| n.left).collect();
     let mut kinds: Vec<&Expected> = expected.iter().collect();
-    kinds.sort_by_key(|e| std::cmp::Reverse(e.requested_cpu_milli));
+    kinds.sort_by_key(|e| std::cmp::Reverse(e.each.cpu_milli));
     let mut placed = 0_u64;
     let mut first_left_out = None;
     for kind in kinds {
         for _ in 0..kind.count {
-            let fits = |(cpu, memory, pods): &(i64, i64, i64)| {
-                *cpu >= kind.requested_cpu_milli && *memory >= kind.requested_memory_bytes && *pods >= 1
-            };
-            match left.iter_mut().filter(|n| fits(n)).max_by_key(|(cpu, _, _)| *cpu) {
+            match left
+                .iter_mut()
+                .filter(|n| n.holds(&kind.each))
+                .max_by_key(|n| n.cpu_milli)
+            {
                 Some(node) => {
-                    node.0 -= kind.requested_cpu_milli;
-                    node.1 -= kind.requested_memory_bytes;
-                    node.2 -= 1;
+                    node.take(&kind.each);
                     placed += 1;
                 }
                 None => {
-                    first_left_out.get_or_insert((kind.requested_cpu_milli, kind.requested_memory_bytes));
+                    first_left_out.get_or_insert(kind.each);
                     break;
                 }
             }
@@ -189,9 +214,14 @@ fn placement(expected: &[Expected], nodes: &[NodeRoom], stacks: u64) -> Check {
         placed as f64,
         "of them placed on the stack nodes",
     );
-    if let Some((cpu, memory)) = first_left_out {
+    if let Some(Resources {
+        cpu_milli,
+        memory_bytes,
+        ..
+    }) = first_left_out
+    {
         verdict.detail = format!(
-            "{placed} of {stacks} stacks fit on {} stack nodes; no node has room left for one of {cpu}m CPU and {memory} bytes",
+            "{placed} of {stacks} stacks fit on {} stack nodes; no node has room left for one of {cpu_milli}m CPU and {memory_bytes} bytes",
             nodes.len()
         );
     }
@@ -232,9 +262,11 @@ mod tests {
     fn node(name: &str, cpu: i64, memory: i64, pods: i64, images: &[&str]) -> NodeRoom {
         NodeRoom {
             name: name.into(),
-            cpu_milli: cpu,
-            memory_bytes: memory,
-            pods,
+            left: Resources {
+                cpu_milli: cpu,
+                memory_bytes: memory,
+                pods,
+            },
             images: images.iter().map(|i| (*i).to_owned()).collect(),
         }
     }
@@ -242,8 +274,7 @@ mod tests {
     fn expected(count: u32, cpu: i64) -> Expected {
         Expected {
             count,
-            requested_cpu_milli: cpu,
-            requested_memory_bytes: 1 << 20,
+            each: Resources::of_one_stack(cpu, 1 << 20),
             ports: 1,
             images: vec!["registry.example/ctf/web:1".into()],
         }
