@@ -527,22 +527,19 @@ mod tests {
             ready_by: Some(ago(since) + SignedDuration::from_secs(1)),
         };
         let judged = |exposure, health: &PodHealth| judge_pod(ago(5), exposure, health, now(), &RULES);
-        assert_eq!(
-            judged(Exposure::NodePort, &ready(0)),
-            PodVerdict::Live(StackStatus::Creating)
-        );
-        assert_eq!(
-            judged(Exposure::NodePort, &ready(1)),
-            PodVerdict::Live(StackStatus::Creating)
-        );
-        assert_eq!(
-            judged(Exposure::NodePort, &ready(2)),
-            PodVerdict::Live(StackStatus::Running)
-        );
-        assert_eq!(
-            judged(Exposure::HostPort, &ready(0)),
-            PodVerdict::Live(StackStatus::Running)
-        );
+        for (exposure, ready_since, status) in [
+            (Exposure::NodePort, 0, StackStatus::Creating),
+            (Exposure::NodePort, 1, StackStatus::Creating),
+            (Exposure::NodePort, 2, StackStatus::Running),
+            (Exposure::HostPort, 0, StackStatus::Running),
+        ] {
+            let verdict = judged(exposure, &ready(ready_since));
+            assert_eq!(
+                verdict,
+                PodVerdict::Live(status),
+                "{exposure:?} ready {ready_since}s ago"
+            );
+        }
         // No kube-proxy to wait for (STACK_PROXY_SYNC=0s).
         let no_proxy = Rules {
             proxy_sync: Duration::ZERO,
@@ -640,55 +637,120 @@ mod tests {
         assert_eq!(judged(&behind_service, &ready, Some(&holders("TCP"))), Verdict::Keep);
     }
 
+    /// When a kubelet trouble fails a stack.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Fails {
+        /// Definite: at the first observation.
+        AtOnce,
+        /// Transient: only once the stack is older than its start timeout.
+        PastStartTimeout,
+    }
+
     #[test]
-    fn definite_failures_fail_a_stack_at_the_first_observation() {
-        let cases: Vec<(Pod, R)> = vec![
+    fn each_kubelet_trouble_fails_a_stack_with_its_reason_at_once_or_past_the_start_timeout() {
+        use Fails::{AtOnce, PastStartTimeout};
+        use kubelet::{NOT_FOUND, REFUSED, back_off, exited, waiting_for};
+        let refused_back_off = back_off(REFUSED);
+        let not_found_back_off = back_off(NOT_FOUND);
+        let cases: Vec<(Pod, R, Fails)> = vec![
+            (waiting_for("ErrImagePull", NOT_FOUND), R::ImageNotFound, AtOnce),
             (
-                kubelet::waiting_for("ErrImagePull", kubelet::NOT_FOUND),
+                waiting_for("ImagePullBackOff", &not_found_back_off),
                 R::ImageNotFound,
+                AtOnce,
             ),
             (
-                kubelet::waiting_for("ImagePullBackOff", &kubelet::back_off(kubelet::NOT_FOUND)),
-                R::ImageNotFound,
-            ),
-            (
-                kubelet::waiting_for("ErrImagePull", kubelet::UNAUTHORIZED),
+                waiting_for("ErrImagePull", kubelet::UNAUTHORIZED),
                 R::ImagePullDenied,
+                AtOnce,
             ),
             (
-                kubelet::waiting_for("ErrImagePull", kubelet::PULL_ACCESS_DENIED),
+                waiting_for("ErrImagePull", kubelet::PULL_ACCESS_DENIED),
                 R::ImagePullDenied,
+                AtOnce,
             ),
             (
-                kubelet::waiting_for("InvalidImageName", "couldn't parse image name \"Web\""),
+                waiting_for("InvalidImageName", "couldn't parse image name \"Web\""),
                 R::InvalidImageName,
+                AtOnce,
             ),
             (
-                kubelet::waiting_for("CreateContainerConfigError", kubelet::RUN_AS_ROOT),
+                waiting_for("CreateContainerConfigError", kubelet::RUN_AS_ROOT),
                 R::ContainerConfigError,
+                AtOnce,
             ),
             (
-                kubelet::waiting_for("CreateContainerError", "no command specified"),
+                waiting_for("CreateContainerError", "no command specified"),
                 R::ContainerStartError,
+                AtOnce,
             ),
             (
-                kubelet::waiting_for("RunContainerError", kubelet::NO_ENTRYPOINT),
+                waiting_for("RunContainerError", kubelet::NO_ENTRYPOINT),
                 R::ContainerStartError,
+                AtOnce,
             ),
             (
-                kubelet::exited(128, "StartError", Some(kubelet::NO_ENTRYPOINT)),
+                exited(128, "StartError", Some(kubelet::NO_ENTRYPOINT)),
                 R::ContainerStartError,
+                AtOnce,
             ),
-            (kubelet::exited(1, "Error", None), R::ContainerExited),
-            (kubelet::exited(137, "OOMKilled", None), R::ContainerExited),
-            (kubelet::one_of_two_exited(2, "Error"), R::ContainerExited),
-            (kubelet::evicted("The node was low on resource: memory. "), R::Evicted),
+            (exited(1, "Error", None), R::ContainerExited, AtOnce),
+            (exited(137, "OOMKilled", None), R::ContainerExited, AtOnce),
+            (kubelet::one_of_two_exited(2, "Error"), R::ContainerExited, AtOnce),
+            (
+                kubelet::evicted("The node was low on resource: memory. "),
+                R::Evicted,
+                AtOnce,
+            ),
+            (
+                waiting_for("ErrImagePull", REFUSED),
+                R::ImagePullFailed,
+                PastStartTimeout,
+            ),
+            (
+                waiting_for("ImagePullBackOff", &refused_back_off),
+                R::ImagePullFailed,
+                PastStartTimeout,
+            ),
+            (
+                waiting_for("ImagePullBackOff", "Back-off pulling image \"10.80.0.1:5000/web:1\""),
+                R::ImagePullFailed,
+                PastStartTimeout,
+            ),
+            (
+                waiting_for("CreateContainerError", "context deadline exceeded"),
+                R::ContainerStartError,
+                PastStartTimeout,
+            ),
+            (kubelet::pulling(), R::StartTimeout, PastStartTimeout),
+            (kubelet::just_bound(), R::StartTimeout, PastStartTimeout),
+            (kubelet::started_not_ready(), R::StartTimeout, PastStartTimeout),
         ];
-        for (pod, reason) in cases {
-            // One second old: no deadline has passed.
-            let verdict = judged_pod(&record(1), &pod, &RULES);
+        for (pod, reason, fails) in cases {
+            let failing_age = match fails {
+                // One second old: no deadline has passed.
+                AtOnce => 1,
+                PastStartTimeout => {
+                    for age in [1, 299, 300] {
+                        assert_eq!(
+                            judged_pod(&record(age), &pod, &RULES),
+                            Verdict::Update(on_n1(StackStatus::Creating)),
+                            "{reason} at {age}s"
+                        );
+                    }
+                    301
+                }
+            };
+            let verdict = judged_pod(&record(failing_age), &pod, &RULES);
             let failure = failure_of(&verdict).unwrap_or_else(|| panic!("{reason}: {verdict:?}"));
             assert_eq!(failure.reason, reason);
+            if fails == PastStartTimeout {
+                assert!(
+                    failure.message.starts_with("not ready within 5m of its creation: "),
+                    "{}",
+                    failure.message
+                );
+            }
             let Verdict::End { mark: Some(mark), .. } = &verdict else {
                 unreachable!()
             };
@@ -701,45 +763,7 @@ mod tests {
     }
 
     #[test]
-    fn transient_troubles_fail_a_stack_only_past_its_start_timeout() {
-        let cases: Vec<(Pod, R)> = vec![
-            (
-                kubelet::waiting_for("ErrImagePull", kubelet::REFUSED),
-                R::ImagePullFailed,
-            ),
-            (
-                kubelet::waiting_for("ImagePullBackOff", &kubelet::back_off(kubelet::REFUSED)),
-                R::ImagePullFailed,
-            ),
-            (
-                kubelet::waiting_for("ImagePullBackOff", "Back-off pulling image \"10.80.0.1:5000/web:1\""),
-                R::ImagePullFailed,
-            ),
-            (
-                kubelet::waiting_for("CreateContainerError", "context deadline exceeded"),
-                R::ContainerStartError,
-            ),
-            (kubelet::pulling(), R::StartTimeout),
-            (kubelet::just_bound(), R::StartTimeout),
-            (kubelet::started_not_ready(), R::StartTimeout),
-        ];
-        for (pod, reason) in cases {
-            for age in [1, 299, 300] {
-                assert_eq!(
-                    judged_pod(&record(age), &pod, &RULES),
-                    Verdict::Update(on_n1(StackStatus::Creating)),
-                    "{reason} at {age}s"
-                );
-            }
-            let verdict = judged_pod(&record(301), &pod, &RULES);
-            let failure = failure_of(&verdict).unwrap_or_else(|| panic!("{reason}: {verdict:?}"));
-            assert_eq!(failure.reason, reason);
-            assert!(
-                failure.message.starts_with("not ready within 5m of its creation: "),
-                "{}",
-                failure.message
-            );
-        }
+    fn a_longer_start_timeout_keeps_a_slow_pull_creating() {
         let slow = Rules {
             start_timeout: Duration::from_secs(900),
             ..RULES
