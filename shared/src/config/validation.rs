@@ -29,6 +29,10 @@ pub struct ValidationPolicy {
     /// `STACK_EPHEMERAL_STORAGE_LIMIT` in bytes: the stack's ephemeral-storage budget, shared by
     /// the limits of all its containers, and the cap on every emptyDir `sizeLimit`.
     pub ephemeral_storage_limit: i64,
+    /// `STACK_EMPTY_DIRS_IN_MEMORY`: every emptyDir is forced to `medium: Memory`, a tmpfs of its
+    /// `sizeLimit` counted in the stack's memory: a write past either fails at once, and none
+    /// reaches the node's disk.
+    pub empty_dirs_in_memory: bool,
     /// `STACK_IMAGE_ALLOWLIST`: registry/repository prefixes images must start with; empty allows any.
     pub image_allowlist: Vec<String>,
     /// `STACK_RUNTIME_CLASS`: forced as `runtimeClassName` (a manifest may not choose one).
@@ -81,6 +85,7 @@ impl ValidationPolicy {
             max_memory_bytes: env.parse_opt("STACK_MAX_MEMORY_BYTES", parse_positive),
             cpu_limits: env.parse("STACK_CPU_LIMITS", true, parse_bool),
             ephemeral_storage_limit,
+            empty_dirs_in_memory: env.parse("STACK_EMPTY_DIRS_IN_MEMORY", false, parse_bool),
             image_allowlist: env.list("STACK_IMAGE_ALLOWLIST").unwrap_or_default(),
             runtime_class: env.string("STACK_RUNTIME_CLASS"),
             user_namespaces: env.parse("STACK_USER_NAMESPACES", false, parse_bool),

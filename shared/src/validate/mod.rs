@@ -86,7 +86,7 @@ pub fn validate(
     ports::check_declared(target_ports, &spec.containers)?;
     readiness::probe_target_ports(&mut spec.containers, target_ports, policy.runtime_class.is_some());
     let totals = resources::normalize(spec, policy)?;
-    volumes::cap_empty_dirs(spec, policy.ephemeral_storage_limit);
+    volumes::cap_empty_dirs(spec, policy.ephemeral_storage_limit, policy.empty_dirs_in_memory);
     harden::apply(&mut pod, stack_id, policy);
     let yaml = to_yaml(&pod)?;
     Ok(HardenedPod {

@@ -32,6 +32,7 @@ pub(super) fn policy() -> ValidationPolicy {
         image_allowlist: Vec::new(),
         runtime_class: None,
         user_namespaces: false,
+        empty_dirs_in_memory: false,
         isolation_check_image: None,
         drop_capabilities: crate::config::DropCapabilities::NetRaw,
         add_back_capabilities: strings(crate::config::BASELINE_CAPABILITIES),

@@ -150,8 +150,10 @@ fn check_projection(source: &VolumeProjection, at: &str) -> Result<(), Rejection
 }
 
 /// Gives every emptyDir (and every volume without a source, which Kubernetes turns into an
-/// emptyDir) a `sizeLimit` of at most `limit_bytes`. Call after [`check`].
-pub(super) fn cap_empty_dirs(spec: &mut PodSpec, limit_bytes: i64) {
+/// emptyDir) a `sizeLimit` of at most `limit_bytes`, and `medium: Memory` if `in_memory`: the
+/// kubelet then mounts a tmpfs of that size, a bound the kernel enforces on every write, where a
+/// disk-backed emptyDir is only measured every 10 s. Call after [`check`].
+pub(super) fn cap_empty_dirs(spec: &mut PodSpec, limit_bytes: i64, in_memory: bool) {
     for volume in spec.volumes.iter_mut().flatten() {
         let sourceless = volume.config_map.is_none()
             && volume.downward_api.is_none()
@@ -164,6 +166,9 @@ pub(super) fn cap_empty_dirs(spec: &mut PodSpec, limit_bytes: i64) {
             let asked = empty_dir.size_limit.as_ref().and_then(|q| parse_bytes(&q.0).ok());
             let size = asked.map_or(limit_bytes, |asked| asked.min(limit_bytes));
             empty_dir.size_limit = Some(Quantity(format_bytes(size)));
+            if in_memory {
+                empty_dir.medium = Some("Memory".into());
+            }
         }
     }
 }

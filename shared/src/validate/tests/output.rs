@@ -321,6 +321,37 @@ fn empty_dirs_get_a_capped_size_limit() {
 }
 
 #[test]
+fn empty_dirs_are_forced_into_memory_when_the_operator_says_so() {
+    let volumes = json!([
+        {"name": "disk", "emptyDir": {"sizeLimit": "100Mi"}},
+        {"name": "memory", "emptyDir": {"medium": "Memory"}},
+        {"name": "bare"},
+        {"name": "cfg", "configMap": {"name": "c"}}
+    ]);
+    let manifest = edited(&[("/spec/volumes", volumes)]);
+    let media = |policy: &ValidationPolicy| -> Vec<Value> {
+        let hardened = validate(&manifest, &[tcp(80)], &stack_id(), policy).unwrap();
+        let out = serde_json::to_value(hardened.pod.spec.unwrap().volumes.unwrap()).unwrap();
+        out.as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["emptyDir"]["medium"].clone())
+            .collect()
+    };
+    // By default each keeps the medium it asked for.
+    assert_eq!(
+        media(&policy()),
+        [Value::Null, json!("Memory"), Value::Null, Value::Null]
+    );
+    let in_memory = ValidationPolicy {
+        empty_dirs_in_memory: true,
+        ..policy()
+    };
+    let memory = json!("Memory");
+    assert_eq!(media(&in_memory), [memory.clone(), memory.clone(), memory, Value::Null]);
+}
+
+#[test]
 fn without_cpu_limits_a_container_keeps_its_cpu_as_a_request_and_its_memory_limit() {
     let policy = ValidationPolicy {
         cpu_limits: false,
