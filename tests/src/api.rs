@@ -41,11 +41,11 @@ spec:
 "#;
 
 /// The ports a harness hands out unless a test names its own: the provisioner's default range
-/// without its top, 32690-32767, which the real nodes' tests take port by port (`connect.rs`,
+/// without its top, 32680-32767, which the real nodes' tests take port by port (`connect.rs`,
 /// `isolation.rs`). kube-proxy on the real nodes forwards every NodePort Service of the
 /// cluster, so a simulated stack's Service on a port a participant connects to would take
 /// the connection.
-pub const SIMULATED_NODE_PORTS: (u16, u16) = (31001, 32689);
+pub const SIMULATED_NODE_PORTS: (u16, u16) = (31001, 32679);
 
 pub struct ApiHarness {
     pub env: TestEnv,

@@ -9,6 +9,10 @@ pub const CHALLENGE_PORT: u16 = 8080;
 pub const LOW_PORT: u16 = 80;
 /// Port the `udp` image answers datagrams on.
 pub const UDP_PORT: u16 = 9999;
+/// Port of a [`Run::BannerAndShell`] challenge's shell.
+pub const SHELL_PORT: u16 = 9000;
+/// Where a [`Run::BannerAndShell`] challenge's emptyDir is mounted.
+pub const SCRATCH: &str = "/scratch";
 
 /// A challenge: an image of the environment's registry (or any reference), its port, and an
 /// optional readiness probe.
@@ -28,8 +32,21 @@ pub struct Challenge {
     pub security_context: Option<String>,
     /// The node the pod must run on (a required node affinity to its hostname), if one.
     pub node: Option<String>,
-    /// A shell script run instead of the image's entrypoint (`command: [sh, -c, ...]`), if one.
-    pub script: Option<String>,
+    /// What the container runs.
+    pub run: Run,
+}
+
+/// What a challenge's container runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Run {
+    /// The image's own entrypoint.
+    Entrypoint,
+    /// A shell script instead (`command: [sh, -c, ...]`).
+    Script(String),
+    /// The `tcp` image's banner on its port, and on [`SHELL_PORT`] a command for whoever
+    /// connects, its output theirs: what a challenge that hands out a shell lets them run.
+    /// An emptyDir at [`SCRATCH`] gives the shell room to write, as such challenges do.
+    BannerAndShell(String),
 }
 
 impl Challenge {
@@ -59,7 +76,7 @@ impl Challenge {
             cpu: "200m".to_owned(),
             security_context: None,
             node: None,
-            script: None,
+            run: Run::Entrypoint,
         }
     }
 
@@ -87,7 +104,14 @@ impl Challenge {
     /// Runs `script` (no single quote in it) with the image's `sh` instead of its entrypoint,
     /// as a participant with a shell would.
     pub fn with_script(mut self, script: &str) -> Self {
-        self.script = Some(script.to_owned());
+        self.run = Run::Script(script.to_owned());
+        self
+    }
+
+    /// Serves the `tcp` image's banner and runs `command` (no quote in it) for whoever connects
+    /// to [`SHELL_PORT`] ([`Run::BannerAndShell`]).
+    pub fn with_shell_running(mut self, command: &str) -> Self {
+        self.run = Run::BannerAndShell(command.to_owned());
         self
     }
 
@@ -109,8 +133,13 @@ impl Challenge {
                 )
             })
             .unwrap_or_default();
+        let volumes = if matches!(self.run, Run::BannerAndShell(_)) {
+            "  volumes:\n    - name: scratch\n      emptyDir: {}\n"
+        } else {
+            ""
+        };
         format!(
-            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: challenge\n  labels:\n    challenge: stack-env\nspec:\n{node}  containers:\n{container}"
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: challenge\n  labels:\n    challenge: stack-env\nspec:\n{node}{volumes}  containers:\n{container}"
         )
     }
 
@@ -133,13 +162,24 @@ impl Challenge {
             .as_ref()
             .map(|context| format!("      securityContext: {context}\n"))
             .unwrap_or_default();
-        let command = self
-            .script
-            .as_ref()
+        let (script, shell) = match &self.run {
+            Run::Entrypoint => (None, String::new()),
+            Run::Script(script) => (Some(script.clone()), String::new()),
+            Run::BannerAndShell(command) => (
+                Some(format!(
+                    "nc -ll -p {port} -e /bin/banner & nc -l -p {SHELL_PORT} -e sh -c \"{command} 2>&1\"; wait",
+                    port = self.port
+                )),
+                format!(
+                    "        - containerPort: {SHELL_PORT}\n      volumeMounts:\n        - name: scratch\n          mountPath: {SCRATCH}\n"
+                ),
+            ),
+        };
+        let command = script
             .map(|script| format!("      command: [sh, -c, '{script}']\n"))
             .unwrap_or_default();
         format!(
-            "    - name: {name}\n      image: {image}\n{command}      ports:\n        - containerPort: {port}\n          protocol: {protocol}\n      env:\n{env}{probe}{security}      resources:\n        limits:\n          cpu: {cpu}\n          memory: 32Mi\n",
+            "    - name: {name}\n      image: {image}\n{command}      ports:\n        - containerPort: {port}\n          protocol: {protocol}\n{shell}      env:\n{env}{probe}{security}      resources:\n        limits:\n          cpu: {cpu}\n          memory: 32Mi\n",
             image = self.image,
             cpu = self.cpu,
             port = self.port,

@@ -2,7 +2,7 @@
 //! kube-proxy): a platform creates a stack, polls its status, and the participant connects to
 //! `node_public_ip:node_port` and reads the challenge.
 //!
-//! Each test takes ports of its own in 32690-32767, the top of the range the admission policy
+//! Each test takes ports of its own in 32680-32767, the top of the range the admission policy
 //! admits host ports in (31001-32767), as do a few tests of `isolation.rs`, `hostport.rs` and
 //! `preflight.rs` (none free): kube-proxy on the real nodes forwards every NodePort
 //! Service of the cluster, and the simulated nodes' stacks take theirs below
@@ -18,7 +18,7 @@ use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use stack_tests::api::{ApiHarness, Reply, WEB_POD, exposed_on};
-use stack_tests::challenges::{Challenge, UDP_PORT};
+use stack_tests::challenges::{Challenge, SCRATCH, SHELL_PORT, UDP_PORT};
 use stack_tests::env::real_nodes::{GVISOR_RUNTIME_CLASS, enforcer_syncs, node_name};
 use stack_tests::participant::{
     CAP_NET_RAW, UdpParticipant, address_of, has_capability, http_get, port_address, read_all, status_field,
@@ -80,13 +80,19 @@ async fn poll_status_past(api: &ApiHarness, id: &str, from: &str, bound: Duratio
 /// Creates `challenge` with `target_port` (either client generation's shape) and polls until
 /// it runs: the stack's address.
 async fn create_running(api: &ApiHarness, challenge: &Challenge, target_port: Value) -> (String, SocketAddr) {
+    let (id, status) = create_running_status(api, challenge, target_port).await;
+    let address = address_of(&status).unwrap_or_else(|| panic!("no address in {status}"));
+    (id, address)
+}
+
+/// [`create_running`]'s stack id and `running` status.
+async fn create_running_status(api: &ApiHarness, challenge: &Challenge, target_port: Value) -> (String, Value) {
     let created = api.create(&challenge.manifest(), target_port).await;
     assert_eq!(created.status, 201, "{}", created.json);
     let id = created.stack_id();
     let (status, _) = poll_status(api, &id, START_BOUND).await;
     assert_eq!(status.json["status"], "running", "{}", status.json);
-    let address = address_of(&status.json).unwrap_or_else(|| panic!("no address in {}", status.json));
-    (id, address)
+    (id, status.json)
 }
 
 /// The participant's first connection after `running`, read to the end.
@@ -767,22 +773,9 @@ async fn a_stack_that_fills_its_disk_ends_failed_and_its_port_serves_the_next() 
         let mut extra = vec![("STACK_EPHEMERAL_STORAGE_LIMIT", "32Mi")];
         extra.extend(class.map(|c| ("STACK_RUNTIME_CLASS", c)));
         let api = on_real_nodes("nodeport", ports, &extra).await;
-        let filler = Challenge::local(api.registry(), "tcp").with_script(
-            "nc -ll -p 8080 -e /bin/banner & nc -l -p 9000 -e dd if=/dev/zero of=/fill bs=1M count=64; wait",
-        );
-        let target_port = json!([{ "container_port": 8080 }, { "container_port": 9000 }]);
-        let manifest = filler.manifest().replace(
-            "          protocol: TCP\n",
-            "          protocol: TCP\n        - containerPort: 9000\n",
-        );
-        let created = api.create(&manifest, target_port).await;
-        assert_eq!(created.status, 201, "{what}: {}", created.json);
-        let id = created.stack_id();
-        let (status, _) = poll_status(&api, &id, START_BOUND).await;
-        assert_eq!(status.json["status"], "running", "{what}: {}", status.json);
-        let address = address_of(&status.json).unwrap_or_else(|| panic!("{what}: {}", status.json));
-        assert!(banner(&api, address).await.contains(&filler.flag), "{what}");
-        let shell = port_address(&status.json, 1).unwrap_or_else(|| panic!("{what}: {}", status.json));
+        let filler =
+            Challenge::local(api.registry(), "tcp").with_shell_running("dd if=/dev/zero of=/fill bs=1M count=64");
+        let (id, shell) = create_with_shell(&api, &filler, what).await;
         let _filling = tokio::net::TcpStream::connect(shell)
             .await
             .unwrap_or_else(|e| panic!("{what}: {shell}: {e}"));
@@ -799,6 +792,69 @@ async fn a_stack_that_fills_its_disk_ends_failed_and_its_port_serves_the_next() 
         let (next_id, address) = create_running(&api, &next, json!(8080)).await;
         assert!(banner(&api, address).await.contains(&next.flag), "{what}");
         api.delete_stack(&next_id).await;
+        api.finish().await;
+    });
+    futures::future::join_all(runs).await;
+}
+
+/// Creates `challenge` (listening on 8080 and [`SHELL_PORT`]), checks that its first port
+/// answers once `running`, and gives its id and its second port's address.
+async fn create_with_shell(api: &ApiHarness, challenge: &Challenge, what: &str) -> (String, SocketAddr) {
+    let target_port = json!([{ "container_port": challenge.port }, { "container_port": SHELL_PORT }]);
+    let (id, status) = create_running_status(api, challenge, target_port).await;
+    let address = address_of(&status).unwrap_or_else(|| panic!("{what}: {status}"));
+    assert!(banner(api, address).await.contains(&challenge.flag), "{what}");
+    let shell = port_address(&status, 1).unwrap_or_else(|| panic!("{what}: {status}"));
+    (id, shell)
+}
+
+/// An emptyDir on the node's disk takes a write past its size (the kubelet measures it with `du`
+/// only every minute or two, then evicts the stack). With `STACK_EMPTY_DIRS_IN_MEMORY` it is a
+/// tmpfs of that size, under runc as under gVisor: the write fails at once, the participant is
+/// told so, and the stack answers on.
+#[tokio::test]
+async fn a_participant_who_fills_an_empty_dir_in_memory_meets_its_size_and_the_stack_answers_on() {
+    let cases = [
+        (None, false, (32680, 32681)),
+        (None, true, (32682, 32683)),
+        (Some(GVISOR_RUNTIME_CLASS), true, (32684, 32685)),
+    ];
+    let runs = cases.into_iter().map(|(class, in_memory, ports)| async move {
+        let what = format!(
+            "{}, {}",
+            class.unwrap_or("runc"),
+            if in_memory { "in memory" } else { "on disk" }
+        );
+        let mut extra = vec![
+            ("STACK_EPHEMERAL_STORAGE_LIMIT", "16Mi"),
+            ("STACK_EMPTY_DIRS_IN_MEMORY", if in_memory { "true" } else { "false" }),
+        ];
+        extra.extend(class.map(|c| ("STACK_RUNTIME_CLASS", c)));
+        let api = on_real_nodes("nodeport", ports, &extra).await;
+        let filler = Challenge::local(api.registry(), "tcp")
+            .with_shell_running(&format!("dd if=/dev/zero of={SCRATCH}/fill bs=1M count=64"));
+        let (id, shell) = create_with_shell(&api, &filler, &what).await;
+        let said = read_all(shell).await.unwrap_or_else(|e| panic!("{what}: {shell}: {e}"));
+        if !in_memory {
+            // All 64 MiB went to the node's disk, past the 16 MiB the stack may use.
+            assert!(said.contains("64+0 records out"), "{what}: {said}");
+            api.finish().await;
+            return;
+        }
+        assert!(said.contains("No space left on device"), "{what}: {said}");
+        // Past the kubelet's next checks, the stack still runs and answers.
+        let checked = Instant::now() + Duration::from_secs(15);
+        let status = loop {
+            let reply = api.call(Method::GET, &format!("/stacks/{id}/status"), None).await;
+            assert_eq!(reply.json["status"], "running", "{what}: {}", reply.json);
+            if Instant::now() > checked {
+                break reply.json;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        };
+        let address = address_of(&status).unwrap_or_else(|| panic!("{what}: {status}"));
+        assert!(banner(&api, address).await.contains(&filler.flag), "{what}");
+        api.delete_stack(&id).await;
         api.finish().await;
     });
     futures::future::join_all(runs).await;
