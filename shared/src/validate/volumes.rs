@@ -152,7 +152,7 @@ fn check_projection(source: &VolumeProjection, at: &str) -> Result<(), Rejection
 /// Gives every emptyDir (and every volume without a source, which Kubernetes turns into an
 /// emptyDir) a `sizeLimit` of at most `limit_bytes`, and `medium: Memory` if `in_memory`: the
 /// kubelet then mounts a tmpfs of that size, a bound the kernel enforces on every write, where a
-/// disk-backed emptyDir is only measured every 10 s. Call after [`check`].
+/// disk-backed emptyDir is only measured (`du`) every minute or two. Call after [`check`].
 pub(super) fn cap_empty_dirs(spec: &mut PodSpec, limit_bytes: i64, in_memory: bool) {
     for volume in spec.volumes.iter_mut().flatten() {
         let sourceless = volume.config_map.is_none()
