@@ -867,11 +867,7 @@ async fn a_fork_bomb_in_one_stack_leaves_its_neighbour_answering_and_the_node_re
     let api = on_real_nodes("hostport", (32706, 32707), &[]).await;
     // Both on the same node: the neighbour shares its kernel and its kubelet.
     let neighbour = Challenge::local(api.registry(), "tcp").on_node(NODE);
-    let created = api.create(&neighbour.manifest(), json!(8080)).await;
-    assert_eq!(created.status, 201, "{}", created.json);
-    let neighbour_id = created.stack_id();
-    let (status, _) = poll_status(&api, &neighbour_id, START_BOUND).await;
-    let address = address_of(&status.json).expect("address");
+    let (neighbour_id, address) = create_running(&api, &neighbour, json!(8080)).await;
 
     // A participant's fork bomb: the container's shell forks without end.
     let bomb = Challenge::local(api.registry(), "tcp")
